@@ -104,9 +104,16 @@ func runNull(tb testing.TB, n int, syncWake bool) (perCall int64, served int64) 
 }
 
 func TestNullHandler(t *testing.T) {
-	_, served := runNull(t, 1000, true)
-	if served != 1000 {
-		t.Fatalf("served %d notifications, want 1000", served)
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("syncwake=%v", sync), func(t *testing.T) {
+			_, served := runNull(t, 1000, sync)
+			// More is possible: a signal (the Go runtime's SIGURG) to a
+			// task waiting for its answer makes the kernel restart the
+			// call with a new notification.
+			if served < 1000 {
+				t.Fatalf("served %d notifications, want at least 1000", served)
+			}
+		})
 	}
 }
 
