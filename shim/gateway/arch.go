@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
+	"golang.org/x/sys/unix"
+)
+
+// Sysno names a served system call independently of the architecture.
+type Sysno int
+
+// The served calls.
+const (
+	SysUnknown Sysno = iota
+	SysSemget
+	SysSemop
+	SysSemctl
+	SysSemtimedop
+	SysMsgget
+	SysMsgsnd
+	SysMsgrcv
+	SysMsgctl
+)
+
+var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl"}
+
+// String returns the call's name.
+func (s Sysno) String() string {
+	if s < 0 || int(s) >= len(sysnoNames) {
+		return "invalid"
+	}
+	return sysnoNames[s]
+}
+
+// Verdict says what to do with a trapped call before any handler sees it.
+type Verdict int
+
+// Verdicts of Decode.
+const (
+	// Serve: a served call, Sysno says which.
+	Serve Verdict = iota
+	// Refuse: answer ENOSYS. Calling conventions the gateway does not
+	// emulate (x32, i386 and ipc(2)'s sem and msg sub-calls, unknown
+	// numbers) fail clearly instead of reaching the kernel's IPC
+	// namespace, which the container must not see.
+	Refuse
+	// Continue: let the kernel run the call (ipc(2)'s shm sub-calls,
+	// which the shim does not emulate and the filter had to trap along
+	// with the rest of ipc(2)).
+	Continue
+)
+
+// AUDIT_ARCH values and the x32 bit.
+const (
+	archX86_64  = unix.AUDIT_ARCH_X86_64
+	archI386    = unix.AUDIT_ARCH_I386
+	archAArch64 = unix.AUDIT_ARCH_AARCH64
+	x32Bit      = 0x40000000
+	i386IPC     = 117
+)
+
+// Decode maps a notification's arch and number to a served call.
+//
+// x86_64 and arm64 native numbers are served (the structs of the two
+// are the same 64-bit layouts). Everything else is refused:
+//   - x32 (x86_64 with __X32_SYSCALL_BIT): different layouts, unsupported;
+//   - i386 direct calls and ipc(2)'s SEMOP..MSGCTL sub-calls: 32-bit
+//     layouts, unsupported; ipc(2)'s shm sub-calls continue to the kernel.
+func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
+	switch d.Arch {
+	case archX86_64:
+		if d.Nr&x32Bit != 0 {
+			return SysUnknown, Refuse
+		}
+		switch d.Nr {
+		case unix.SYS_SEMGET:
+			return SysSemget, Serve
+		case unix.SYS_SEMOP:
+			return SysSemop, Serve
+		case unix.SYS_SEMCTL:
+			return SysSemctl, Serve
+		case unix.SYS_SEMTIMEDOP:
+			return SysSemtimedop, Serve
+		case unix.SYS_MSGGET:
+			return SysMsgget, Serve
+		case unix.SYS_MSGSND:
+			return SysMsgsnd, Serve
+		case unix.SYS_MSGRCV:
+			return SysMsgrcv, Serve
+		case unix.SYS_MSGCTL:
+			return SysMsgctl, Serve
+		}
+	case archAArch64:
+		// include/uapi/asm-generic/unistd.h
+		switch d.Nr {
+		case 186:
+			return SysMsgget, Serve
+		case 187:
+			return SysMsgctl, Serve
+		case 188:
+			return SysMsgrcv, Serve
+		case 189:
+			return SysMsgsnd, Serve
+		case 190:
+			return SysSemget, Serve
+		case 191:
+			return SysSemctl, Serve
+		case 192:
+			return SysSemtimedop, Serve
+		case 193:
+			return SysSemop, Serve
+		}
+	case archI386:
+		if d.Nr == i386IPC {
+			// ipc(call, ...): SHMAT 21, SHMDT 22, SHMGET 23, SHMCTL 24;
+			// the high 16 bits of call are a version.
+			if c := d.Args[0] & 0xffff; c >= 21 && c <= 24 {
+				return SysUnknown, Continue
+			}
+		}
+	}
+	return SysUnknown, Refuse
+}

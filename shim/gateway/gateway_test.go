@@ -1,0 +1,180 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	// calls N NR: N raw calls of syscall NR(0,1,0); prints "pid ns/call".
+	harness.Register("calls", func(args []string) int {
+		n, _ := strconv.Atoi(args[0])
+		nr, _ := strconv.Atoi(args[1])
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			if _, _, errno := unix.RawSyscall(uintptr(nr), 0, 1, 0); errno != 0 {
+				fmt.Fprintf(os.Stderr, "syscall %d: %v\n", nr, errno)
+				return 1
+			}
+		}
+		fmt.Println(os.Getpid(), time.Since(start).Nanoseconds()/int64(max(n, 1)))
+		return 0
+	})
+}
+
+func TestMain(m *testing.M) {
+	harness.MaybeChild()
+	os.Exit(m.Run())
+}
+
+type recorder struct {
+	gateway.Null
+	mu    sync.Mutex
+	tasks []*gateway.Task
+}
+
+func (r *recorder) Handle(req *gateway.Request) {
+	r.mu.Lock()
+	r.tasks = append(r.tasks, req.Task)
+	r.mu.Unlock()
+	req.Reply(0, nil)
+}
+
+// serve runs argv under the filter, served by a gateway with handler h,
+// and returns its stdout.
+func serve(tb testing.TB, h gateway.Handler, argv ...string) []byte {
+	tb.Helper()
+	if why := harness.Supported(); why != "" {
+		tb.Skip(why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g, err := gateway.New(ctx, h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g.Logf = tb.Logf
+	srv, err := listener.Listen(filepath.Join(tb.TempDir(), "l.sock"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go srv.Serve(ctx, func(ctx context.Context, m *listener.Message) error {
+		l, err := seccompnotify.New(m.SeccompFile())
+		if err != nil {
+			served <- err
+			return err
+		}
+		defer l.Close()
+		served <- g.Serve(ctx, l)
+		return nil
+	})
+	cmd := harness.Command(srv.Addr(), argv...)
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("trapped %v: %v\n%s", argv, err, out)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			tb.Fatalf("Serve: %v", err)
+		}
+	case <-ctx.Done():
+		tb.Fatal("Serve did not end after the child exited")
+	}
+	return out
+}
+
+func TestIdentify(t *testing.T) {
+	rec := &recorder{}
+	out := serve(t, rec, "go:calls", "100", strconv.Itoa(unix.SYS_SEMGET))
+	var pid int
+	fmt.Sscan(string(out), &pid)
+	if len(rec.tasks) < 100 {
+		t.Fatalf("%d calls seen", len(rec.tasks))
+	}
+	first := rec.tasks[0]
+	if first.Tgid != pid || first.Caller.Pid == nil || first.Caller.Pid.In(first.Caller.PidNS()) != int32(pid) {
+		t.Fatalf("task %+v, child pid %d", first, pid)
+	}
+	if first.Caller.Creds.EUID != uint32(os.Geteuid()) {
+		t.Fatalf("euid %d", first.Caller.Creds.EUID)
+	}
+	self, _ := os.Readlink("/proc/self/ns/ipc")
+	if !strings.Contains(self, strconv.FormatUint(first.IPCNS, 10)) {
+		t.Fatalf("ipc ns %d, mine %s", first.IPCNS, self)
+	}
+	for _, tk := range rec.tasks {
+		if tk.Tgid == pid && tk != first && tk.Tid == first.Tid {
+			t.Fatalf("task of tid %d rebuilt without a change", tk.Tid)
+		}
+	}
+}
+
+func buildC(t *testing.T, src string) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".c"))
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSemDifferential runs testdata/semprog.c natively in a fresh IPC
+// namespace and under the gateway; the outputs must be identical.
+func TestSemDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/semprog.c")
+	native, err := harness.NativeCommand(bin).Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	trapped := serve(t, gateway.NewEngines(), bin)
+	if !bytes.Equal(native, trapped) {
+		nl, tl := strings.Split(string(native), "\n"), strings.Split(string(trapped), "\n")
+		for i := 0; i < max(len(nl), len(tl)); i++ {
+			var a, b string
+			if i < len(nl) {
+				a = nl[i]
+			}
+			if i < len(tl) {
+				b = tl[i]
+			}
+			if a != b {
+				t.Errorf("line %d:\n native  %s\n trapped %s", i+1, a, b)
+			}
+		}
+	}
+}
+
+// TestCompatRefused checks that the i386 and x32 entry points fail with
+// ENOSYS instead of reaching the kernel's IPC namespace.
+func TestCompatRefused(t *testing.T) {
+	bin := buildC(t, "testdata/semprog.c")
+	out := string(serve(t, gateway.NewEngines(), bin, "compat"))
+	want := fmt.Sprintf("i386 ipc(SEMGET) = %d\nx32 semget = -1 errno=ENOSYS\n", -int(unix.ENOSYS))
+	if strings.HasPrefix(out, "i386 ipc(SEMGET) unavailable") {
+		t.Log("kernel without IA32 emulation: int $0x80 faults; only x32 checked")
+		want = "i386 ipc(SEMGET) unavailable\nx32 semget = -1 errno=ENOSYS\n"
+	}
+	if out != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+}

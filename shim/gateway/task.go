@@ -1,0 +1,518 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"golang.org/x/sys/unix"
+)
+
+// ErrTaskGone means the calling thread has exited (or its tid no longer
+// names it): there is nobody to answer.
+var ErrTaskGone = errors.New("gateway: task gone")
+
+// Task is a calling thread as the gateway knows it: its thread group's pid
+// handle, its credentials and its kernel IPC namespace.
+//
+// A Task is bound to one kernel task by a pidfd (PIDFD_THREAD): while the
+// pidfd's task lives, its tid names nobody else, so reads of
+// /proc/<tid>/... done while it is alive describe that task. The
+// notification's task is the Task's task exactly when the Task is alive
+// and the notification's ID_VALID succeeds afterwards.
+type Task struct {
+	// Tid and Tgid are the thread and thread group ids in the shim's pid
+	// namespace.
+	Tid, Tgid int
+	// Caller is what the engines need: credentials mapped through the
+	// task's user namespace, and the process's pid handle.
+	Caller ipcns.Caller
+	// IPCNS is the inode of the task's kernel IPC namespace
+	// (/proc/<tid>/ns/ipc): it picks the engine namespace.
+	IPCNS uint64
+
+	proc *process
+	// key is the pidfd's credential snapshot: a change means a setuid
+	// family call or an exec, and the Task is rebuilt.
+	key credKey
+
+	// mu guards the fds, so that release never closes one that an ioctl
+	// or a read is using (the number could be reused by another open).
+	mu    sync.Mutex
+	pidfd int // PIDFD_THREAD pidfd; -1 once released
+	memfd int // /proc/<tid>/mem, -1 until first use and once released
+}
+
+type credKey struct{ ruid, euid, suid, fsuid, rgid, egid, sgid, fsgid uint32 }
+
+// process is a thread group that made calls: its pid handle (shared by
+// its threads, the key of its SEM_UNDO list) and its exit watch.
+type process struct {
+	tgid int
+	pid  *ipcns.Pid
+	// pidfd signals the exit of the whole thread group.
+	pidfd *os.File
+	// threads are the process's cached Tasks, by tid; guarded by
+	// Resolver.mu.
+	threads map[int]*Task
+	exited  bool // guarded by Resolver.mu
+}
+
+// Resolver identifies calling threads and caches what is costly to learn.
+// It is safe for concurrent use.
+type Resolver struct {
+	proc string // procfs mount, "/proc"
+	// CheckIPCNS makes Resolve reread the IPC namespace link on every
+	// call (a thread can unshare(CLONE_NEWIPC) or setns without any other
+	// visible change). It costs a readlink per call; see the benchmarks.
+	CheckIPCNS bool
+	// onExit is called, on its own goroutine, when a process that made
+	// calls has exited.
+	onExit func(*ipcns.Pid)
+
+	// mu guards the maps and the fields of process marked so.
+	mu      sync.Mutex
+	threads map[int]*Task
+	procs   map[int]*process
+	pidns   map[uint64]*ipcns.PidNamespace // by nsfs inode
+	rootNS  *ipcns.PidNamespace            // the shim's own pid namespace
+}
+
+// NewResolver returns a resolver reading procfs at /proc, which must be
+// mounted for the shim's pid namespace. onExit is called once per process
+// that was resolved, after its last thread exited.
+func NewResolver(onExit func(*ipcns.Pid)) (*Resolver, error) {
+	ino, err := nsInode("/proc/self/ns/pid")
+	if err != nil {
+		return nil, err
+	}
+	root := ipcns.NewPidNamespace(nil, ino)
+	return &Resolver{
+		proc: "/proc", CheckIPCNS: true, onExit: onExit,
+		threads: make(map[int]*Task), procs: make(map[int]*process),
+		pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
+	}, nil
+}
+
+// Resolve returns the Task of thread tid. A cached Task is checked for
+// liveness and credential changes with one PIDFD_GET_INFO ioctl (and, with
+// CheckIPCNS, one readlink); a new one costs a pidfd, /proc/<tid>/status
+// and the namespace links. The caller must still check the notification
+// with ID_VALID before acting (see Task).
+func (r *Resolver) Resolve(tid int) (*Task, error) {
+	r.mu.Lock()
+	t := r.threads[tid]
+	r.mu.Unlock()
+	if t != nil {
+		ok, err := r.fresh(t)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return t, nil
+		}
+		r.drop(t)
+	}
+	return r.build(tid)
+}
+
+// fresh reports whether cached t still describes thread t.Tid.
+func (r *Resolver) fresh(t *Task) (bool, error) {
+	t.mu.Lock()
+	k, err := credKey{}, error(unix.EBADF)
+	if t.pidfd >= 0 {
+		k, err = pidfdCreds(t.pidfd)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		// ESRCH: the thread is dead and its tid may be reused.
+		return false, nil
+	}
+	if k != t.key {
+		return false, nil
+	}
+	if r.CheckIPCNS {
+		ino, err := nsInode(r.proc + "/" + strconv.Itoa(t.Tid) + "/ns/ipc")
+		if err != nil {
+			return false, nil
+		}
+		if ino != t.IPCNS {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func pidfdCreds(pidfd int) (credKey, error) {
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_CREDS}
+	if err := unix.IoctlPidfdInfo(pidfd, &info); err != nil {
+		return credKey{}, err
+	}
+	return keyOf(&info), nil
+}
+
+func keyOf(info *unix.PidfdInfo) credKey {
+	return credKey{info.Ruid, info.Euid, info.Suid, info.Fsuid, info.Rgid, info.Egid, info.Sgid, info.Fsgid}
+}
+
+// drop forgets t and releases its fds.
+func (r *Resolver) drop(t *Task) {
+	r.mu.Lock()
+	if r.threads[t.Tid] == t {
+		delete(r.threads, t.Tid)
+	}
+	if t.proc != nil && t.proc.threads[t.Tid] == t {
+		delete(t.proc.threads, t.Tid)
+	}
+	r.mu.Unlock()
+	t.release()
+}
+
+func (t *Task) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, fd := range []*int{&t.memfd, &t.pidfd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// build learns everything about thread tid.
+func (r *Resolver) build(tid int) (*Task, error) {
+	pidfd, err := unix.PidfdOpen(tid, unix.PIDFD_THREAD)
+	if err != nil {
+		if err == unix.ESRCH {
+			return nil, ErrTaskGone
+		}
+		return nil, fmt.Errorf("pidfd_open(%d): %w", tid, err)
+	}
+	t := &Task{Tid: tid, pidfd: pidfd, memfd: -1}
+	fail := func(err error) (*Task, error) {
+		unix.Close(pidfd)
+		return nil, err
+	}
+	if t.key, err = pidfdCreds(pidfd); err != nil {
+		return fail(ErrTaskGone)
+	}
+	dir := r.proc + "/" + strconv.Itoa(tid)
+	st, err := readStatus(dir)
+	if err != nil {
+		return fail(err)
+	}
+	t.Tgid = st.tgid
+	if t.IPCNS, err = nsInode(dir + "/ns/ipc"); err != nil {
+		return fail(err)
+	}
+	uidMap, err := readIDMap(dir + "/uid_map")
+	if err != nil {
+		return fail(err)
+	}
+	gidMap, err := readIDMap(dir + "/gid_map")
+	if err != nil {
+		return fail(err)
+	}
+	c := &t.Caller.Creds
+	c.EUID = uidMap.toInner(st.euid)
+	c.EGID = gidMap.toInner(st.egid)
+	c.FSGID = gidMap.toInner(st.fsgid)
+	for _, g := range st.groups {
+		c.Groups = append(c.Groups, gidMap.toInner(g))
+	}
+	c.Caps = ipcns.CapSet(st.capEff)
+	pidNS, err := r.pidNamespace(dir, len(st.nstgid))
+	if err != nil {
+		return fail(err)
+	}
+	// Everything above was read through /proc/<tid>: it described the
+	// pidfd's task if that task is still alive now, with the same
+	// credentials.
+	if k, err := pidfdCreds(pidfd); err != nil || k != t.key {
+		return fail(ErrTaskGone)
+	}
+	proc, err := r.process(t.Tgid, pidNS, st.nstgid)
+	if err != nil {
+		return fail(err)
+	}
+	t.proc = proc
+	t.Caller.Pid = proc.pid
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if proc.exited {
+		return fail(ErrTaskGone)
+	}
+	if old := r.threads[tid]; old != nil {
+		delete(old.proc.threads, tid)
+		defer old.release()
+	}
+	r.threads[tid] = t
+	proc.threads[tid] = t
+	return t, nil
+}
+
+// process returns the live process tgid, making it on first sight. An
+// entry whose process has exited (its tgid may be reused) is replaced.
+func (r *Resolver) process(tgid int, ns *ipcns.PidNamespace, nrs []int32) (*process, error) {
+	r.mu.Lock()
+	p := r.procs[tgid]
+	r.mu.Unlock()
+	if p != nil && !exited(p.pidfd) {
+		return p, nil
+	}
+	fd, err := unix.PidfdOpen(tgid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		if err == unix.ESRCH {
+			return nil, ErrTaskGone
+		}
+		return nil, fmt.Errorf("pidfd_open(%d): %w", tgid, err)
+	}
+	np := &process{tgid: tgid, pid: ipcns.NewPid(ns, nrs...), pidfd: os.NewFile(uintptr(fd), "pidfd"), threads: map[int]*Task{}}
+	r.mu.Lock()
+	if cur := r.procs[tgid]; cur != nil && cur != p && !exited(cur.pidfd) {
+		// Another listener's goroutine made it first.
+		r.mu.Unlock()
+		np.pidfd.Close()
+		return cur, nil
+	}
+	r.procs[tgid] = np
+	r.mu.Unlock()
+	go r.watch(np)
+	return np, nil
+}
+
+// exited reports whether a process pidfd says its process has exited.
+func exited(f *os.File) bool {
+	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// watch waits, in the netpoller, for p's exit, then forgets p and its
+// threads and reports the exit.
+func (r *Resolver) watch(p *process) {
+	rc, err := p.pidfd.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ := unix.Poll(fds, 0)
+			return n > 0
+		})
+	}
+	r.mu.Lock()
+	p.exited = true
+	if r.procs[p.tgid] == p {
+		delete(r.procs, p.tgid)
+	}
+	var dead []*Task
+	for tid, t := range p.threads {
+		if r.threads[tid] == t {
+			delete(r.threads, tid)
+		}
+		dead = append(dead, t)
+	}
+	p.threads = nil
+	r.mu.Unlock()
+	for _, t := range dead {
+		t.release()
+	}
+	p.pidfd.Close()
+	if r.onExit != nil {
+		r.onExit(p.pid)
+	}
+}
+
+// pidNamespace returns the pid namespace of the task at dir, whose
+// namespace is depth levels below the shim's (NStgid has depth numbers),
+// registering the chain of namespaces on first sight by nsfs inode.
+func (r *Resolver) pidNamespace(dir string, depth int) (*ipcns.PidNamespace, error) {
+	if depth <= 1 {
+		return r.rootNS, nil
+	}
+	fd, err := unix.Open(dir+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open pid namespace: %w", err)
+	}
+	// inodes from the task's namespace up to the child of the root.
+	inos := make([]uint64, 0, depth-1)
+	for i := 0; i < depth-1; i++ {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		inos = append(inos, st.Ino)
+		if i == depth-2 {
+			break
+		}
+		parent, err := unix.IoctlRetInt(fd, unix.NS_GET_PARENT)
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("NS_GET_PARENT: %w", err)
+		}
+		fd = parent
+	}
+	unix.Close(fd)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.rootNS
+	for i := len(inos) - 1; i >= 0; i-- {
+		child := r.pidns[inos[i]]
+		if child == nil || child.Parent() != ns {
+			child = ipcns.NewPidNamespace(ns, inos[i])
+			r.pidns[inos[i]] = child
+		}
+		ns = child
+	}
+	return ns, nil
+}
+
+// nsInode returns the inode of a /proc/.../ns/* link ("ipc:[4026531839]").
+func nsInode(path string) (uint64, error) {
+	var buf [64]byte
+	n, err := unix.Readlink(path, buf[:])
+	if err != nil {
+		return 0, fmt.Errorf("readlink %s: %w", path, err)
+	}
+	s := buf[:n]
+	i, j := bytes.IndexByte(s, '['), bytes.IndexByte(s, ']')
+	if i < 0 || j < i {
+		return 0, fmt.Errorf("readlink %s: unexpected %q", path, s)
+	}
+	return strconv.ParseUint(string(s[i+1:j]), 10, 64)
+}
+
+type status struct {
+	tgid              int
+	euid, egid, fsgid uint32
+	groups            []uint32
+	capEff            uint64
+	nstgid            []int32
+}
+
+func readStatus(dir string) (*status, error) {
+	b, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) || errors.Is(err, os.ErrNotExist) {
+			return nil, ErrTaskGone
+		}
+		return nil, err
+	}
+	return parseStatus(b)
+}
+
+func parseStatus(b []byte) (*status, error) {
+	st := &status{}
+	seen := 0
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		f := strings.Fields(string(v))
+		var err error
+		switch string(k) {
+		case "Tgid":
+			seen |= 1
+			st.tgid, err = strconv.Atoi(f[0])
+		case "Uid":
+			seen |= 2
+			st.euid, err = field32(f, 1)
+		case "Gid":
+			seen |= 4
+			if st.egid, err = field32(f, 1); err == nil {
+				st.fsgid, err = field32(f, 3)
+			}
+		case "Groups":
+			for i := range f {
+				g, gerr := field32(f, i)
+				if gerr != nil {
+					err = gerr
+					break
+				}
+				st.groups = append(st.groups, g)
+			}
+		case "NStgid":
+			seen |= 8
+			for _, s := range f {
+				n, nerr := strconv.ParseInt(s, 10, 32)
+				if nerr != nil {
+					err = nerr
+					break
+				}
+				st.nstgid = append(st.nstgid, int32(n))
+			}
+		case "CapEff":
+			seen |= 16
+			st.capEff, err = strconv.ParseUint(strings.TrimSpace(string(v)), 16, 64)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("status field %s: %w", k, err)
+		}
+	}
+	if seen != 31 {
+		return nil, fmt.Errorf("status: missing fields (have %05b)", seen)
+	}
+	return st, nil
+}
+
+func field32(f []string, i int) (uint32, error) {
+	if i >= len(f) {
+		return 0, errors.New("short field")
+	}
+	n, err := strconv.ParseUint(f[i], 10, 32)
+	return uint32(n), err
+}
+
+// idMap is a uid_map or gid_map as the shim reads it: inner outer count.
+type idMap [][3]uint32
+
+// overflowID is the kernel's overflowuid/overflowgid for unmapped ids.
+const overflowID = 65534
+
+func readIDMap(path string) (idMap, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m idMap
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		var e [3]uint32
+		for i := range e {
+			n, err := strconv.ParseUint(f[i], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			e[i] = uint32(n)
+		}
+		m = append(m, e)
+	}
+	return m, nil
+}
+
+// toInner maps an id as the shim sees it to the task's user namespace.
+func (m idMap) toInner(id uint32) uint32 {
+	for _, e := range m {
+		if id >= e[1] && uint64(id) < uint64(e[1])+uint64(e[2]) {
+			return e[0] + (id - e[1])
+		}
+	}
+	return overflowID
+}
+
