@@ -139,21 +139,32 @@ func (e *Engines) semop(r *Request, timed bool) {
 	// Deliver success with the set still locked: if the task has left,
 	// the engine undoes the operation exactly.
 	op.Commit = func() bool { return r.Reply(0, nil) }
-	run := func(ctx context.Context) (int64, error) {
+	run := func(ctx context.Context, op *semengine.Op) (int64, error) {
 		err := eng.Semop(ctx, &r.Task.Caller, op)
 		if errors.Is(err, semengine.ErrNotDelivered) {
 			return 0, nil // nobody to answer; already marked replied
 		}
 		return 0, err
 	}
-	if nowait {
-		val, err := run(context.Background())
+	// Try first without sleeping, on this goroutine: most calls do not
+	// sleep, and handing them to a goroutine costs a scheduler round
+	// trip. An attempt that fails with EAGAIN has no effect that the
+	// blocking call would not have had (Linux too lets a new call pass
+	// the sleepers), so the blocking call then simply runs.
+	try := *op
+	try.Sops = make([]semengine.Sembuf, len(op.Sops))
+	for i, sb := range op.Sops {
+		sb.Flg |= semengine.IPCNoWait
+		try.Sops[i] = sb
+	}
+	val, err := run(context.Background(), &try)
+	if nowait || err != unix.EAGAIN || r.Replied() {
 		if !r.Replied() {
 			r.Reply(val, err)
 		}
 		return
 	}
-	r.Block(run)
+	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
 }
 
 // Layout of struct semid64_ds on x86_64 and arm64 (104 bytes): ipc64_perm

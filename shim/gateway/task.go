@@ -75,8 +75,9 @@ type Resolver struct {
 	// calls has exited.
 	onExit func(*ipcns.Pid)
 
-	// mu guards the maps and the fields of process marked so.
+	// mu guards the maps, closed and the fields of process marked so.
 	mu      sync.Mutex
+	closed  bool
 	threads map[int]*Task
 	procs   map[int]*process
 	pidns   map[uint64]*ipcns.PidNamespace // by nsfs inode
@@ -318,13 +319,31 @@ func (r *Resolver) watch(p *process) {
 		dead = append(dead, t)
 	}
 	p.threads = nil
+	closed := r.closed
 	r.mu.Unlock()
 	for _, t := range dead {
 		t.release()
 	}
 	p.pidfd.Close()
-	if r.onExit != nil {
+	if r.onExit != nil && !closed && err == nil {
 		r.onExit(p.pid)
+	}
+}
+
+// Close releases every cached Task and stops watching processes (their
+// exits are no longer reported).
+func (r *Resolver) Close() {
+	r.mu.Lock()
+	r.closed = true
+	procs := make([]*process, 0, len(r.procs))
+	for _, p := range r.procs {
+		procs = append(procs, p)
+	}
+	r.mu.Unlock()
+	for _, p := range procs {
+		// Ends the watcher's wait with an error; it then releases the
+		// process's Tasks.
+		p.pidfd.Close()
 	}
 }
 
@@ -515,4 +534,3 @@ func (m idMap) toInner(id uint32) uint32 {
 	}
 	return overflowID
 }
-
