@@ -90,6 +90,7 @@ type Actor struct {
 	enc     *json.Encoder
 	results chan Result
 	nr      uintptr // the call in flight
+	busy    bool    // a call is in flight
 	// Pid and Tid identify the process and the thread that makes calls.
 	Pid, Tid int
 }
@@ -140,9 +141,13 @@ func StartActor() (*Actor, error) {
 
 // Start sends c without waiting for its result.
 func (a *Actor) Start(c Call) error {
-	a.nr = c.Nr
+	a.nr, a.busy = c.Nr, true
 	return a.enc.Encode(c)
 }
+
+// Busy reports whether a call is in flight: started, and its result not
+// yet taken.
+func (a *Actor) Busy() bool { return a.busy }
 
 // Settle waits until the call in flight has returned (true) or is asleep
 // in the kernel (false).
@@ -154,6 +159,7 @@ func (a *Actor) Settle() (done bool, r Result, err error) {
 			if !ok {
 				return false, r, fmt.Errorf("actor %d exited", a.Pid)
 			}
+			a.busy = false
 			return true, r, nil
 		default:
 		}
@@ -191,6 +197,7 @@ func (a *Actor) Result() (Result, error) {
 		if !ok {
 			return r, fmt.Errorf("actor %d exited", a.Pid)
 		}
+		a.busy = false
 		return r, nil
 	case <-time.After(10 * time.Second):
 		return Result{}, fmt.Errorf("actor %d: no result", a.Pid)

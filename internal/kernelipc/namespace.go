@@ -1,6 +1,7 @@
 package kernelipc
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -21,12 +22,17 @@ func InFreshNamespace(f func()) error {
 			errc <- fmt.Errorf("unshare(CLONE_NEWIPC): %w", err)
 			return
 		}
+		finished := false
 		defer func() {
 			if r := recover(); r != nil {
 				errc <- fmt.Errorf("panic in fresh namespace: %v", r)
+			} else if !finished {
+				// f called runtime.Goexit, as t.FailNow does.
+				errc <- errors.New("fresh namespace: f did not return (FailNow?)")
 			}
 		}()
 		f()
+		finished = true
 		errc <- nil
 	}()
 	return <-errc
