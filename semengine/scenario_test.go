@@ -354,7 +354,6 @@ func TestDiffUndoStaleID(t *testing.T) {
 	})
 }
 
-
 // TestDiffUndoFailedOp: a SEM_UNDO semop that fails after the undo entry
 // is made still leaves the entry, and exit stamps otime.
 func TestDiffUndoFailedOp(t *testing.T) {

@@ -38,10 +38,10 @@ type res struct {
 // dsView is what a scenario may observe of a semid_ds: times only as
 // set or not, since the two runs do not happen in the same second.
 type dsView struct {
-	Perm         ipcns.Perm
-	OtimeSet     bool
-	CtimeSet     bool
-	Nsems        int
+	Perm     ipcns.Perm
+	OtimeSet bool
+	CtimeSet bool
+	Nsems    int
 }
 
 func (r res) String() string {
