@@ -1,0 +1,144 @@
+package msgengine
+
+import (
+	"context"
+	"math"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"golang.org/x/sys/unix"
+)
+
+// CheckRecv reports the errors msgrcv gives before it touches the caller's
+// memory (do_msgrcv before prepare_copy): EINVAL for msqid < 0 or msgsz <
+// 0, then EINVAL for MSG_COPY with MSG_EXCEPT or without IPC_NOWAIT. With
+// MSG_COPY the gateway then reads min(msgsz, msgmax) bytes of the buffer,
+// as prepare_copy does (EFAULT), before calling Msgrcv.
+func (e *Engine) CheckRecv(msqid int32, msgsz int64, flags int) error {
+	if msqid < 0 || msgsz < 0 {
+		return unix.EINVAL
+	}
+	if flags&MsgCopy != 0 && (flags&MsgExcept != 0 || flags&IPCNoWait == 0) {
+		return unix.EINVAL
+	}
+	return nil
+}
+
+// convertMode is convert_mode: the search mode for msgtyp and flags, and
+// the type it compares with (|msgtyp| for msgtyp < 0).
+func convertMode(msgtyp int64, flags int) (int, int64) {
+	switch {
+	case flags&MsgCopy != 0:
+		return searchNumber, msgtyp
+	case msgtyp == 0:
+		return searchAny, 0
+	case msgtyp < 0:
+		if msgtyp == math.MinInt64 {
+			return searchLessEqual, math.MaxInt64
+		}
+		return searchLessEqual, -msgtyp
+	case flags&MsgExcept != 0:
+		return searchNotEqual, msgtyp
+	}
+	return searchEqual, msgtyp
+}
+
+// Msgrcv is msgrcv(2) for c. msgtyp 0 takes the first message, > 0 the
+// first of that type (of any other type with MSG_EXCEPT), < 0 the first of
+// the lowest type <= |msgtyp|; MSG_COPY copies the message at index msgtyp
+// without dequeuing it. It sleeps while no message matches; cancelling
+// ctx interrupts the sleep with EINTR. Errors in do_msgrcv's order:
+// EINVAL (msqid, msgsz), EINVAL (MSG_COPY flags), EINVAL (no such id),
+// EACCES, EIDRM, E2BIG (the message stays queued), EINVAL (MSG_COPY into
+// a buffer smaller than the message, with MSG_NOERROR), ENOMSG
+// (IPC_NOWAIT); while asleep EIDRM, E2BIG (a message sent to it did not
+// fit its buffer), EACCES (permissions changed), EINTR; ErrNotDelivered
+// when Commit refused. The returned Message is the caller's to keep.
+func (e *Engine) Msgrcv(ctx context.Context, c *ipcns.Caller, op *RcvOp) (Message, error) {
+	if err := e.CheckRecv(op.MsqID, op.Size, op.Flags); err != nil {
+		return Message{}, err
+	}
+	mode, typ := convertMode(op.Type, op.Flags)
+	q, err := e.ids.Lookup(op.MsqID)
+	if err != nil {
+		return Message{}, err
+	}
+	if err := q.Perm().Check(&c.Creds, ipcns.ReadAccess); err != nil {
+		return Message{}, err
+	}
+	q.mu.Lock()
+	if q.Deleted() {
+		q.mu.Unlock()
+		return Message{}, unix.EIDRM
+	}
+	if m, done, err := q.takeLocked(c, op, mode, typ); done {
+		q.mu.Unlock()
+		return m, err
+	}
+	if op.Flags&IPCNoWait != 0 {
+		q.mu.Unlock()
+		return Message{}, unix.ENOMSG
+	}
+	w := newWaiter(ctx, c)
+	w.mode, w.typ, w.size, w.rCommit = mode, typ, op.Size, op.Commit
+	w.thread = op.Thread
+	if w.thread == nil {
+		w.thread = c.Pid
+	}
+	w.maxsize = op.Size
+	if op.Flags&MsgNoError != 0 {
+		w.maxsize = math.MaxInt32 // r_maxsize = INT_MAX
+	}
+	q.receivers.pushBack(w)
+	q.sleep(w, &q.receivers)
+	m, err := w.got, w.err()
+	w.release()
+	return m, err
+}
+
+// takeLocked looks for a message for op (find_msg) and, if there is one,
+// receives it: done reports whether the search ended the call, with a
+// message or an error.
+func (q *Queue) takeLocked(c *ipcns.Caller, op *RcvOp, mode int, typ int64) (Message, bool, error) {
+	noError := op.Flags&MsgNoError != 0
+	if mode == searchNumber {
+		m, mtype := q.msgs.nth(typ, q.qnum.Load())
+		if m == nil {
+			return Message{}, false, nil
+		}
+		if op.Size < m.size && !noError {
+			return Message{}, true, unix.E2BIG
+		}
+		// copy_msg refuses a message larger than the copy buffer,
+		// min(msgsz, msgmax) bytes, even with MSG_NOERROR.
+		if m.size > min(op.Size, int64(uint32(q.e.ns.Limits().MsgMax))) {
+			return Message{}, true, unix.EINVAL
+		}
+		out := Message{Type: mtype, Data: append([]byte(nil), m.text()...)}
+		if op.Commit != nil && !op.Commit(&out) {
+			return Message{}, true, ErrNotDelivered
+		}
+		return out, true, nil
+	}
+	t := q.msgs.find(mode, typ)
+	if t == nil {
+		return Message{}, false, nil
+	}
+	m := t.head
+	if op.Size < m.size && !noError {
+		return Message{}, true, unix.E2BIG
+	}
+	out := Message{Type: t.typ, Data: m.text()[:min(m.size, op.Size)]}
+	if op.Commit != nil && !op.Commit(&out) {
+		return Message{}, true, ErrNotDelivered
+	}
+	q.msgs.popHead(t)
+	q.qnum.Add(-1)
+	q.cbytes.Add(-m.size)
+	q.rtime = now()
+	ipcns.StorePid(&q.lrpid, c.Pid)
+	if q.reserved > q.baselineLocked() {
+		q.shrinkLocked()
+	}
+	q.wakeSendersLocked()
+	return out, true, nil
+}

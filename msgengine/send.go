@@ -1,0 +1,177 @@
+package msgengine
+
+import (
+	"context"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"golang.org/x/sys/unix"
+)
+
+// CheckSend reports the errors msgsnd gives before it reads the message
+// text from the caller's memory (do_msgsnd before load_msg): EINVAL for
+// msgsz above msgmax or negative or msqid < 0, then EINVAL for mtype < 1.
+// The gateway reads mtype (EFAULT), calls CheckSend, reads the text
+// (EFAULT) and calls Msgsnd, which repeats the checks.
+func (e *Engine) CheckSend(msqid int32, mtype int64, msgsz int64) error {
+	if msgsz > int64(uint32(e.ns.Limits().MsgMax)) || msgsz < 0 || msqid < 0 {
+		return unix.EINVAL
+	}
+	if mtype < 1 {
+		return unix.EINVAL
+	}
+	return nil
+}
+
+// Msgsnd is msgsnd(2) for c. It sleeps while the message does not fit in
+// the queue (msg_fits_inqueue); cancelling ctx interrupts the sleep with
+// EINTR. Errors in do_msgsnd's order: EINVAL (msgsz, msqid), EINVAL
+// (mtype), EINVAL (no such id), EACCES, EIDRM, EAGAIN (full queue with
+// IPC_NOWAIT); while asleep EIDRM (removed), EACCES (permissions changed
+// when it was woken), EINTR; ErrNotDelivered when Commit refused.
+func (e *Engine) Msgsnd(ctx context.Context, c *ipcns.Caller, op *SndOp) error {
+	size := int64(len(op.Data))
+	if err := e.CheckSend(op.MsqID, op.Type, size); err != nil {
+		return err
+	}
+	q, err := e.ids.Lookup(op.MsqID)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if err := q.Perm().Check(&c.Creds, ipcns.WriteAccess); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	if q.Deleted() {
+		q.mu.Unlock()
+		return unix.EIDRM
+	}
+	if q.fitsLocked(size) {
+		if op.Commit != nil && !op.Commit() {
+			q.mu.Unlock()
+			return ErrNotDelivered
+		}
+		q.sendLocked(c.Pid, op.Type, op.Data)
+		q.mu.Unlock()
+		return nil
+	}
+	if op.Flags&IPCNoWait != 0 {
+		q.mu.Unlock()
+		return unix.EAGAIN
+	}
+	// ss_add: sleep at the tail of the senders.
+	w := newWaiter(ctx, c)
+	w.mtype, w.data, w.sCommit = op.Type, op.Data, op.Commit
+	q.senders.pushBack(w)
+	q.sleep(w, &q.senders)
+	err = w.err()
+	w.release()
+	return err
+}
+
+// sendLocked stores a message that fits: the sender becomes msg_lspid,
+// and the message goes to the first waiting receiver that takes it or to
+// the tail of the queue (do_msgsnd after its loop).
+func (q *Queue) sendLocked(pid *ipcns.Pid, mtype int64, data []byte) {
+	ipcns.StorePid(&q.lspid, pid)
+	q.stime = now()
+	if q.pipelinedSendLocked(mtype, data) {
+		return
+	}
+	q.msgs.push(mtype, data)
+	q.qnum.Add(1)
+	q.cbytes.Add(int64(len(data)))
+}
+
+// pipelinedSendLocked hands the message to the first waiting receiver
+// whose selector matches it and whose buffer is large enough; a matching
+// receiver with too small a buffer and no MSG_NOERROR fails with E2BIG and
+// the scan goes on (pipelined_send). A receiver whose Commit refuses is
+// taken off as if it had been gone already, and the scan goes on. It
+// reports whether a receiver took the message.
+func (q *Queue) pipelinedSendLocked(mtype int64, data []byte) bool {
+	for w := q.receivers.head; w != nil; {
+		next := w.next
+		if !matches(w.mode, w.typ, mtype) {
+			w = next
+			continue
+		}
+		q.receivers.remove(w)
+		if w.maxsize < int64(len(data)) {
+			w.finish(int(unix.E2BIG))
+			w = next
+			continue
+		}
+		lrpid, rtime := q.lrpid, q.rtime
+		ipcns.StorePid(&q.lrpid, w.thread)
+		q.rtime = now()
+		w.got = Message{Type: mtype, Data: data[:min(int64(len(data)), w.size)]}
+		if w.rCommit != nil && !w.rCommit(&w.got) {
+			q.lrpid, q.rtime = lrpid, rtime
+			w.got = Message{}
+			w.finish(statusUndelivered)
+			w = next
+			continue
+		}
+		w.finish(0)
+		return true
+	}
+	return false
+}
+
+// matches is testmsg: whether a message of type mtype satisfies a
+// receiver's selector.
+func matches(mode int, typ, mtype int64) bool {
+	switch mode {
+	case searchAny, searchNumber:
+		return true
+	case searchEqual:
+		return mtype == typ
+	case searchNotEqual:
+		return mtype != typ
+	case searchLessEqual:
+		return mtype <= typ
+	}
+	return false
+}
+
+// wakeSendersLocked is ss_wakeup(msq, wake_q, false) followed by what the
+// woken senders do when they run: senders whose message fits the queue as
+// it is now are woken, in order, and the others keep their order; then
+// each woken sender, in wake order, fails with EINTR if a signal is
+// pending, with EACCES if it may no longer write, sends if its message
+// still fits, and otherwise sleeps again at the tail.
+func (q *Queue) wakeSendersLocked() {
+	if q.senders.empty() {
+		return
+	}
+	var woken waitList
+	for w := q.senders.head; w != nil; {
+		next := w.next
+		if q.fitsLimit(int64(len(w.data))) {
+			q.senders.remove(w)
+			woken.pushBack(w)
+		}
+		w = next
+	}
+	for w := woken.head; w != nil; {
+		next := w.next
+		woken.remove(w)
+		switch {
+		case w.ctx.Err() != nil:
+			w.finish(int(unix.EINTR))
+		case q.Perm().Check(&w.caller.Creds, ipcns.WriteAccess) != nil:
+			w.finish(int(unix.EACCES))
+		case q.fitsLocked(int64(len(w.data))):
+			if w.sCommit != nil && !w.sCommit() {
+				w.finish(statusUndelivered)
+				break
+			}
+			q.sendLocked(w.caller.Pid, w.mtype, w.data)
+			w.finish(0)
+		default:
+			q.senders.pushBack(w)
+		}
+		w = next
+	}
+}

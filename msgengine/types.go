@@ -1,0 +1,102 @@
+package msgengine
+
+import (
+	"errors"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+)
+
+// msgsnd and msgrcv flags (include/uapi/linux/msg.h, ipc.h).
+const (
+	IPCNoWait  = ipcns.IPCNoWait
+	MsgNoError = 0o10000 // truncate a too-long message instead of E2BIG
+	MsgExcept  = 0o20000 // msgtyp > 0: first message of any other type
+	MsgCopy    = 0o40000 // copy the message at index msgtyp, do not dequeue
+)
+
+// msgctl commands (include/uapi/linux/msg.h). IPC_STAT, IPC_SET, IPC_RMID
+// and IPC_INFO are ipcns's.
+const (
+	MsgStat    = 11
+	MsgInfo    = 12
+	MsgStatAny = 13
+)
+
+// Compile-time constants of include/uapi/linux/msg.h that IPC_INFO reports.
+const (
+	msgPool = 32000 * 16384 / 1024 // MSGPOOL: MSGMNI * MSGMNB / 1024
+	msgMap  = 16384                // MSGMAP: MSGMNB
+	msgTQL  = 16384                // MSGTQL: MSGMNB
+	msgSSZ  = 16                   // MSGSSZ
+	msgSeg  = 0xffff               // MSGSEG: MSGPOOL*1024/MSGSSZ capped at 0xffff
+)
+
+// ErrNotDelivered is returned by Msgsnd and Msgrcv when the call completed
+// but its Commit reported that the caller could no longer take the result:
+// the call has been undone as if it had never run.
+var ErrNotDelivered = errors.New("msgengine: result not delivered; operation rolled back")
+
+// Message is a received message: msgbuf's mtype and the text, already cut
+// to the receiver's msgsz (MSG_NOERROR). msgrcv returns len(Data).
+type Message struct {
+	Type int64
+	Data []byte
+}
+
+// SndOp is one msgsnd call.
+type SndOp struct {
+	MsqID int32
+	// Type is msgbuf.mtype, read by the gateway before anything else
+	// (ksys_msgsnd's get_user: its EFAULT comes first).
+	Type int64
+	// Data is the message text, len(Data) being msgsz. The engine keeps
+	// the slice (no copy) once the message is queued: the caller must not
+	// reuse it, and should size it exactly.
+	Data  []byte
+	Flags int // IPC_NOWAIT
+	// Commit, when set, is called with the queue locked once the send is
+	// certain and before the message becomes visible; the gateway answers
+	// the trapped msgsnd there. If it returns false nothing has changed
+	// and Msgsnd returns ErrNotDelivered. It must not call the engine.
+	Commit func() bool
+}
+
+// RcvOp is one msgrcv call.
+type RcvOp struct {
+	MsqID int32
+	Size  int64 // msgsz, the room for the text
+	Type  int64 // msgtyp, or the index with MSG_COPY
+	Flags int   // IPC_NOWAIT, MSG_NOERROR, MSG_EXCEPT, MSG_COPY
+	// Thread is the calling thread's own pid handle (the task's struct
+	// pid, whose number is the tid). Linux records it, not the thread
+	// group, as msg_lrpid when a sender hands the message to this
+	// receiver while it sleeps (pipelined_send's task_pid); a receive
+	// that finds its message queued records the thread group
+	// (task_tgid). Nil means the thread leads its group: Caller.Pid.
+	Thread *ipcns.Pid
+	// Commit, when set, is called with the queue locked and the message
+	// chosen but not yet removed: the gateway writes m.Type and m.Data
+	// into the caller's msgbuf and answers the trapped msgrcv there. m and
+	// m.Data are valid only during the call. If it returns false the
+	// message stays (or goes on to the next receiver, or into the queue,
+	// exactly as if this receiver had not been waiting) and Msgrcv returns
+	// ErrNotDelivered. It must not call the engine.
+	Commit func(m *Message) bool
+}
+
+// MsqidDS is what IPC_STAT, MSG_STAT and MSG_STAT_ANY report, struct
+// msqid64_ds. Lspid and Lrpid are already in the asking caller's pid
+// namespace.
+type MsqidDS struct {
+	Perm                ipcns.Perm
+	Stime, Rtime, Ctime int64  // seconds; 0 for never
+	Cbytes, Qnum        uint64 // bytes and messages queued
+	Qbytes              uint64 // the queue's byte limit
+	Lspid, Lrpid        int32
+}
+
+// Msginfo is what IPC_INFO and MSG_INFO report, struct msginfo.
+type Msginfo struct {
+	Msgpool, Msgmap, Msgmax, Msgmnb, Msgmni, Msgssz, Msgtql int32
+	Msgseg                                                  uint16
+}
