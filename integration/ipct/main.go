@@ -1,0 +1,306 @@
+// Command ipct is a small static System V IPC tool for the integration
+// tests and the demo: it runs inside containers (busybox rootfs) and makes
+// the raw semget/semop/semctl/msgget/msgsnd/msgrcv/msgctl system calls.
+//
+// Keys are numbers (0x1234 or 4660). Output is one line, machine-readable.
+// Errors print "ERR <errno name>" on stdout and exit with status 1.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	ipcCreat  = 0o1000
+	ipcExcl   = 0o2000
+	ipcNoWait = 0o4000
+	ipcRmid   = 0
+	ipcStat   = 2
+	semUndo   = 0x1000
+	getPid    = 11
+	getVal    = 12
+	setVal    = 16
+)
+
+type sembuf struct {
+	num uint16
+	op  int16
+	flg int16
+}
+
+func die(err error) {
+	if e, ok := err.(unix.Errno); ok {
+		fmt.Printf("ERR %s\n", unix.ErrnoName(e))
+	} else {
+		fmt.Printf("ERR %v\n", err)
+	}
+	os.Exit(1)
+}
+
+func num(s string) int64 {
+	v, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ipct: bad number %q\n", s)
+		os.Exit(2)
+	}
+	return v
+}
+
+func semget(key int64, nsems int, flg int) (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_SEMGET, uintptr(int32(key)), uintptr(nsems), uintptr(flg))
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+func semop(id int, sops []sembuf) error {
+	_, _, e := unix.Syscall(unix.SYS_SEMOP, uintptr(id), uintptr(unsafe.Pointer(&sops[0])), uintptr(len(sops)))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func semctl(id, n, cmd int, arg uintptr) (int, error) {
+	r, _, e := unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), uintptr(n), uintptr(cmd), arg, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+func msgget(key int64, flg int) (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_MSGGET, uintptr(int32(key)), uintptr(flg), 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+func msgsnd(id int, typ int64, text string, flg int) error {
+	b := make([]byte, 8+len(text))
+	*(*int64)(unsafe.Pointer(&b[0])) = typ
+	copy(b[8:], text)
+	_, _, e := unix.Syscall6(unix.SYS_MSGSND, uintptr(id), uintptr(unsafe.Pointer(&b[0])), uintptr(len(text)), uintptr(flg), 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func msgrcv(id int, typ int64, flg int) (int64, string, error) {
+	b := make([]byte, 8+8192)
+	r, _, e := unix.Syscall6(unix.SYS_MSGRCV, uintptr(id), uintptr(unsafe.Pointer(&b[0])), 8192, uintptr(typ), uintptr(flg), 0)
+	if e != 0 {
+		return 0, "", e
+	}
+	return *(*int64)(unsafe.Pointer(&b[0])), string(b[8 : 8+r]), nil
+}
+
+func msgctl(id, cmd int, arg uintptr) (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_MSGCTL, uintptr(id), uintptr(cmd), arg)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+// semKey opens an existing set by key.
+func semKey(s string) int {
+	id, err := semget(num(s), 0, 0)
+	if err != nil {
+		die(err)
+	}
+	return id
+}
+
+func msgKey(s string) int {
+	id, err := msgget(num(s), 0)
+	if err != nil {
+		die(err)
+	}
+	return id
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: ipct CMD ARGS
+  semget KEY NSEMS [create] [excl]   print the set's id
+  setval KEY NUM VAL | getval KEY NUM | getpid KEY NUM
+  semop KEY NUM OP [undo] [nowait]
+  hold KEY NUM                       semop -1 with SEM_UNDO, print "held", sleep
+  semrmid ID | semrm KEY
+  msgget KEY [create] [excl]         print the queue's id
+  msgsnd KEY TYPE TEXT | msgrcv KEY TYPE [nowait] | msgrm KEY | msgqnum KEY
+  pid                                print the caller's pid
+  worker SEMKEY MSGKEY N             N times: lock, take the counter from the
+                                     queue, put it back plus one, unlock
+`)
+	os.Exit(2)
+}
+
+func has(args []string, w string) bool {
+	for _, a := range args {
+		if a == w {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	a := os.Args[2:]
+	need := func(n int) {
+		if len(a) < n {
+			usage()
+		}
+	}
+	switch os.Args[1] {
+	case "semget":
+		need(2)
+		flg := 0o666
+		if has(a, "create") {
+			flg |= ipcCreat
+		}
+		if has(a, "excl") {
+			flg |= ipcExcl
+		}
+		id, err := semget(num(a[0]), int(num(a[1])), flg)
+		if err != nil {
+			die(err)
+		}
+		fmt.Println(id)
+	case "setval":
+		need(3)
+		if _, err := semctl(semKey(a[0]), int(num(a[1])), setVal, uintptr(num(a[2]))); err != nil {
+			die(err)
+		}
+		fmt.Println("ok")
+	case "getval", "getpid":
+		need(2)
+		cmd := getVal
+		if os.Args[1] == "getpid" {
+			cmd = getPid
+		}
+		v, err := semctl(semKey(a[0]), int(num(a[1])), cmd, 0)
+		if err != nil {
+			die(err)
+		}
+		fmt.Println(v)
+	case "semop", "hold":
+		need(2)
+		op := int16(-1)
+		flg := int16(semUndo)
+		if os.Args[1] == "semop" {
+			need(3)
+			op, flg = int16(num(a[2])), 0
+			if has(a, "undo") {
+				flg |= semUndo
+			}
+			if has(a, "nowait") {
+				flg |= ipcNoWait
+			}
+		}
+		if err := semop(semKey(a[0]), []sembuf{{uint16(num(a[1])), op, flg}}); err != nil {
+			die(err)
+		}
+		if os.Args[1] == "hold" {
+			fmt.Println("held")
+			for {
+				time.Sleep(time.Hour)
+			}
+		}
+		fmt.Println("ok")
+	case "semrmid":
+		need(1)
+		if _, err := semctl(int(num(a[0])), 0, ipcRmid, 0); err != nil {
+			die(err)
+		}
+		fmt.Println("ok")
+	case "semrm":
+		need(1)
+		if _, err := semctl(semKey(a[0]), 0, ipcRmid, 0); err != nil {
+			die(err)
+		}
+		fmt.Println("ok")
+	case "msgget":
+		need(1)
+		flg := 0o666
+		if has(a, "create") {
+			flg |= ipcCreat
+		}
+		if has(a, "excl") {
+			flg |= ipcExcl
+		}
+		id, err := msgget(num(a[0]), flg)
+		if err != nil {
+			die(err)
+		}
+		fmt.Println(id)
+	case "msgsnd":
+		need(3)
+		if err := msgsnd(msgKey(a[0]), num(a[1]), strings.Join(a[2:], " "), 0); err != nil {
+			die(err)
+		}
+		fmt.Println("ok")
+	case "msgrcv":
+		need(2)
+		flg := 0
+		if has(a, "nowait") {
+			flg |= ipcNoWait
+		}
+		_, text, err := msgrcv(msgKey(a[0]), num(a[1]), flg)
+		if err != nil {
+			die(err)
+		}
+		fmt.Println(text)
+	case "msgrm":
+		need(1)
+		if _, err := msgctl(msgKey(a[0]), ipcRmid, 0); err != nil {
+			die(err)
+		}
+		fmt.Println("ok")
+	case "msgqnum":
+		need(1)
+		var ds [120]byte // struct msqid64_ds
+		if _, err := msgctl(msgKey(a[0]), ipcStat, uintptr(unsafe.Pointer(&ds[0]))); err != nil {
+			die(err)
+		}
+		// msg_qnum follows ipc64_perm (48), stime, rtime, ctime (24), cbytes (8).
+		fmt.Println(*(*uint64)(unsafe.Pointer(&ds[80])))
+	case "pid":
+		fmt.Println(os.Getpid())
+	case "worker":
+		need(3)
+		sid, qid, n := semKey(a[0]), msgKey(a[1]), int(num(a[2]))
+		for i := 0; i < n; i++ {
+			if err := semop(sid, []sembuf{{0, -1, semUndo}}); err != nil {
+				die(err)
+			}
+			_, text, err := msgrcv(qid, 1, 0)
+			if err != nil {
+				die(err)
+			}
+			v, _ := strconv.Atoi(text)
+			if err := msgsnd(qid, 1, strconv.Itoa(v+1), 0); err != nil {
+				die(err)
+			}
+			if err := semop(sid, []sembuf{{0, 1, semUndo}}); err != nil {
+				die(err)
+			}
+		}
+		fmt.Printf("worker %d done %d\n", os.Getpid(), n)
+	default:
+		usage()
+	}
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds containerd, ctr and containerd-shim-runc-v2 from the Go module proxy
+# at the version the shim is linked against (go.mod), into build/containerd/.
+# CGO_ENABLED=0: no btrfs/devmapper, which the tests do not need.
+# About 3.5 minutes cold on 2 cores; seconds once the Go build cache has it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+ver=$(go list -m -f '{{.Version}}' github.com/containerd/containerd/v2 2>/dev/null || true)
+ver=${CONTAINERD_VERSION:-${ver:-v2.3.7}}
+dest=${CONTAINERD_BIN:-$PWD/build/containerd}
+stamp=$dest/.version
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$ver" ] && [ -x "$dest/containerd" ] && [ -x "$dest/ctr" ]; then
+  exit 0
+fi
+mkdir -p "$dest"
+echo "build-containerd: building containerd $ver into $dest" >&2
+# Outside the module so that go install resolves containerd's own go.mod.
+(cd / && CGO_ENABLED=0 GOBIN="$dest" GOFLAGS=-buildvcs=false go install \
+  github.com/containerd/containerd/v2/cmd/containerd@"$ver" \
+  github.com/containerd/containerd/v2/cmd/ctr@"$ver" \
+  github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@"$ver")
+echo "$ver" >"$stamp"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# make-rootfs.sh DIR: a minimal container root filesystem: busybox-static
+# (with its applets as links) and ipct, the static IPC test tool.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=$1
+bb=$(command -v busybox || echo /bin/busybox)
+mkdir -p "$dir"/{bin,proc,sys,dev,tmp,etc,run}
+cp "$bb" "$dir/bin/busybox"
+for a in $("$dir/bin/busybox" --list); do
+  [ -e "$dir/bin/$a" ] || ln -s busybox "$dir/bin/$a"
+done
+CGO_ENABLED=0 go build -trimpath -o "$dir/bin/ipct" ./integration/ipct
+echo 'root:x:0:0:root:/:/bin/sh' >"$dir/etc/passwd"
+echo 'root:x:0:' >"$dir/etc/group"

@@ -1,0 +1,243 @@
+// Package spec patches a container's OCI runtime spec (the bundle's
+// config.json) so that runc traps the System V semaphore and message
+// queue calls with SCMP_ACT_NOTIFY and hands the listener fd to the shim
+// over listenerPath, and reads the IPC limits the container asks for in
+// linux.sysctl.
+package spec
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Syscalls are the calls the shim serves.
+var Syscalls = []string{"semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv", "msgctl"}
+
+// ConfigFile is the OCI spec's name in a bundle.
+const ConfigFile = "config.json"
+
+// Plan is what Patch decided for one container.
+type Plan struct {
+	// Trapped is false for a container in the host IPC namespace: its
+	// calls go to the kernel and the spec is left alone.
+	Trapped bool
+	// Limits are the engine namespace's limits: Linux's defaults
+	// overridden by the kernel.sem, kernel.msgmax, kernel.msgmnb and
+	// kernel.msgmni entries of linux.sysctl.
+	Limits ipcns.Limits
+	// IPCPath is the path of the IPC namespace the container joins, or ""
+	// for a new one.
+	IPCPath string
+	// Notified lists the calls trapped (those the profile allows).
+	Notified []string
+}
+
+// Error is a refusal that stops the container; its text says what to
+// change.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+// Load reads bundle/config.json.
+func Load(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, ConfigFile))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", filepath.Join(bundle, ConfigFile), err)
+	}
+	return &s, nil
+}
+
+// Save writes s to bundle/config.json atomically.
+func Save(bundle string, s *specs.Spec) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(bundle, ConfigFile)
+	tmp := path + ".ipc-tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ipcNamespace returns whether s has an IPC namespace of its own (or
+// joins one by path) and that path.
+func ipcNamespace(s *specs.Spec) (bool, string) {
+	if s.Linux == nil {
+		return false, ""
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.IPCNamespace {
+			return true, ns.Path
+		}
+	}
+	return false, ""
+}
+
+// Limits returns Linux's default limits overridden by the IPC sysctls of
+// s. A value the kernel would refuse is an Error.
+func Limits(s *specs.Spec) (ipcns.Limits, error) {
+	l := ipcns.DefaultLimits()
+	if s.Linux == nil {
+		return l, nil
+	}
+	for _, k := range []string{"kernel.sem", "kernel.msgmax", "kernel.msgmnb", "kernel.msgmni"} {
+		v, ok := s.Linux.Sysctl[k]
+		if !ok {
+			continue
+		}
+		if k == "kernel.sem" {
+			if err := l.SetSem(v); err != nil {
+				return l, &Error{Msg: fmt.Sprintf("linux.sysctl: %v", err)}
+			}
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<31-1 {
+			return l, &Error{Msg: fmt.Sprintf("linux.sysctl: %s %q is not a non-negative 32-bit number", k, v)}
+		}
+		switch k {
+		case "kernel.msgmax":
+			l.MsgMax = n
+		case "kernel.msgmnb":
+			l.MsgMNB = n
+		case "kernel.msgmni":
+			if n > ipcns.IPCMNI {
+				return l, &Error{Msg: fmt.Sprintf("linux.sysctl: kernel.msgmni %d is above Linux's limit %d", n, ipcns.IPCMNI)}
+			}
+			l.MsgMNI = n
+		}
+	}
+	return l, nil
+}
+
+// nativeArches is the architecture list of a profile the shim creates.
+func nativeArches() []specs.Arch {
+	switch runtime.GOARCH {
+	case "amd64":
+		return []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32}
+	case "arm64":
+		return []specs.Arch{specs.ArchAARCH64, specs.ArchARM}
+	}
+	return nil
+}
+
+func allows(a specs.LinuxSeccompAction) bool {
+	return a == specs.ActAllow || a == specs.ActLog
+}
+
+// Patch changes s so that runc traps the IPC calls and sends the
+// listener to listenerPath. A container in the host IPC namespace is
+// left alone (Plan.Trapped false). A profile that already has a listener
+// is refused with an Error.
+//
+// The calls the profile allows are trapped: an unconditional allow rule
+// loses them (libseccomp does not take two rules for one call), and one
+// NOTIFY rule is added. A call that the profile refuses (by a rule or its
+// default action) stays refused.
+func Patch(s *specs.Spec, listenerPath string) (*Plan, error) {
+	own, path := ipcNamespace(s)
+	if !own {
+		return &Plan{Trapped: false, Limits: ipcns.DefaultLimits()}, nil
+	}
+	lim, err := Limits(s)
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{Trapped: true, Limits: lim, IPCPath: path}
+	sc := s.Linux.Seccomp
+	if sc == nil {
+		sc = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: nativeArches()}
+		s.Linux.Seccomp = sc
+	}
+	if sc.ListenerPath != "" {
+		return nil, &Error{Msg: fmt.Sprintf("the container's seccomp profile already has a listenerPath (%s): "+
+			"runtime io.containerd.ipc.v2 needs its own seccomp listener for the System V IPC calls and runc supports only one; "+
+			"remove listenerPath from the profile, or run this container with runtime io.containerd.runc.v2", sc.ListenerPath)}
+	}
+	for _, r := range sc.Syscalls {
+		if r.Action == specs.ActNotify {
+			for _, n := range r.Names {
+				if slices.Contains(Syscalls, n) {
+					return nil, &Error{Msg: fmt.Sprintf("the container's seccomp profile already sends %s to a listener (SCMP_ACT_NOTIFY); "+
+						"runtime io.containerd.ipc.v2 serves that call itself: remove the rule, or use runtime io.containerd.runc.v2", n)}
+				}
+			}
+		}
+	}
+	// Decide per call: allowed by an explicit rule, refused by one, or
+	// falling to the default action.
+	var keep []specs.LinuxSyscall
+	decided := map[string]bool{} // name -> allowed
+	for _, r := range sc.Syscalls {
+		var names []string
+		for _, n := range r.Names {
+			if !slices.Contains(Syscalls, n) {
+				names = append(names, n)
+				continue
+			}
+			if allows(r.Action) {
+				if _, seen := decided[n]; !seen {
+					decided[n] = true
+				}
+				continue // the NOTIFY rule replaces it
+			}
+			if len(r.Args) == 0 {
+				decided[n] = false
+			}
+			names = append(names, n)
+		}
+		if len(names) == 0 {
+			continue
+		}
+		r.Names = names
+		keep = append(keep, r)
+	}
+	for _, n := range Syscalls {
+		allowed, seen := decided[n]
+		if !seen {
+			allowed = allows(sc.DefaultAction)
+		}
+		if allowed {
+			plan.Notified = append(plan.Notified, n)
+		}
+	}
+	// A refused call that also appeared in an allow rule (with
+	// arguments) keeps its refusal: drop it from the trapped list.
+	for _, r := range keep {
+		if allows(r.Action) || r.Action == specs.ActNotify {
+			continue
+		}
+		for _, n := range r.Names {
+			if i := slices.Index(plan.Notified, n); i >= 0 && len(r.Args) == 0 {
+				plan.Notified = slices.Delete(plan.Notified, i, i+1)
+			}
+		}
+	}
+	if len(plan.Notified) == 0 {
+		// Nothing to serve: the profile refuses every IPC call.
+		sc.Syscalls = keep
+		plan.Trapped = false
+		return plan, nil
+	}
+	keep = append(keep, specs.LinuxSyscall{Names: plan.Notified, Action: specs.ActNotify})
+	sc.Syscalls = keep
+	sc.ListenerPath = listenerPath
+	if sc.ListenerMetadata == "" {
+		sc.ListenerMetadata = "io.containerd.ipc.v2"
+	}
+	return plan, nil
+}

@@ -1,0 +1,172 @@
+package task
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"golang.org/x/sys/unix"
+)
+
+// Namespaces maps containers to engine namespaces and serves the gateway's
+// calls from them. An engine namespace stands for one kernel IPC
+// namespace (keyed by its inode, as the gateway identifies callers): the
+// containers of a pod share the sandbox's, a container started with its
+// own IPC namespace gets a fresh one, an exec'd process is in its
+// container's. A namespace is freed when the last container attached to
+// it is deleted.
+type Namespaces struct {
+	// Logf reports namespace life events; nil discards them.
+	Logf func(format string, args ...any)
+
+	mu    sync.RWMutex
+	ctrs  map[string]*member
+	byIno map[uint64]*engineNS
+}
+
+type member struct {
+	limits ipcns.Limits
+	ino    uint64 // 0 until runc sent the container's listener
+}
+
+type engineNS struct {
+	eng     *gateway.Engines
+	limits  ipcns.Limits
+	members map[string]struct{}
+}
+
+// NewNamespaces returns an empty mapping.
+func NewNamespaces() *Namespaces {
+	return &Namespaces{ctrs: map[string]*member{}, byIno: map[uint64]*engineNS{}}
+}
+
+func (n *Namespaces) logf(format string, args ...any) {
+	if n.Logf != nil {
+		n.Logf(format, args...)
+	}
+}
+
+// Prepare records a trapped container before runc creates it, with the
+// limits its spec asks for.
+func (n *Namespaces) Prepare(id string, l ipcns.Limits) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ctrs[id] = &member{limits: l}
+}
+
+// Attach binds container id to the kernel IPC namespace ino (its init's
+// or an exec'd process's), making the engine namespace if it is the
+// first. It reports whether the namespace is new.
+func (n *Namespaces) Attach(id string, ino uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.ctrs[id]
+	if m == nil {
+		// Not created through this shim's Create (cannot happen with
+		// containerd): serve it with Linux's defaults.
+		m = &member{limits: ipcns.DefaultLimits()}
+		n.ctrs[id] = m
+	}
+	if m.ino != 0 && m.ino != ino {
+		n.logf("container %s: process in IPC namespace %d, container's is %d", id, ino, m.ino)
+	}
+	if m.ino == 0 {
+		m.ino = ino
+	}
+	e := n.byIno[ino]
+	created := e == nil
+	if created {
+		e = newEngineNS(m.limits)
+		n.byIno[ino] = e
+		n.logf("IPC namespace %d: new engine namespace for container %s, limits sem=%q msgmax=%d msgmnb=%d msgmni=%d",
+			ino, id, m.limits.SemString(), m.limits.MsgMax, m.limits.MsgMNB, m.limits.MsgMNI)
+	} else if e.limits != m.limits {
+		n.logf("container %s joins IPC namespace %d whose limits were set by its first container; its own sysctls are not applied", id, ino)
+	}
+	e.members[id] = struct{}{}
+	return created
+}
+
+func newEngineNS(l ipcns.Limits) *engineNS {
+	eng := gateway.NewEngines()
+	eng.Limits = l
+	return &engineNS{eng: eng, limits: l, members: map[string]struct{}{}}
+}
+
+// Remove forgets container id; when it was the last container of its
+// engine namespace, the namespace and all its objects are freed. It
+// reports the freed namespace's inode, or 0.
+func (n *Namespaces) Remove(id string) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.ctrs[id]
+	if m == nil {
+		return 0
+	}
+	delete(n.ctrs, id)
+	e := n.byIno[m.ino]
+	if e == nil {
+		return 0
+	}
+	delete(e.members, id)
+	if len(e.members) > 0 {
+		return 0
+	}
+	delete(n.byIno, m.ino)
+	n.logf("IPC namespace %d: last container (%s) deleted, engine namespace freed", m.ino, id)
+	return m.ino
+}
+
+// Len returns the number of live engine namespaces.
+func (n *Namespaces) Len() int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return len(n.byIno)
+}
+
+// engines returns the engine namespace of kernel IPC namespace ino. A
+// process that made an IPC namespace of its own inside a container
+// (unshare -i) gets a fresh one with Linux's defaults, as from the
+// kernel; it lives as long as the shim.
+func (n *Namespaces) engines(ino uint64) *gateway.Engines {
+	n.mu.RLock()
+	e := n.byIno[ino]
+	n.mu.RUnlock()
+	if e != nil {
+		return e.eng
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e = n.byIno[ino]; e == nil {
+		e = newEngineNS(ipcns.DefaultLimits())
+		n.byIno[ino] = e
+		n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
+	}
+	return e.eng
+}
+
+// Handle serves one trapped call (gateway.Handler).
+func (n *Namespaces) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS).Handle(r) }
+
+// Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
+func (n *Namespaces) Exit(pid *ipcns.Pid) {
+	n.mu.RLock()
+	all := make([]*gateway.Engines, 0, len(n.byIno))
+	for _, e := range n.byIno {
+		all = append(all, e.eng)
+	}
+	n.mu.RUnlock()
+	for _, e := range all {
+		e.Exit(pid)
+	}
+}
+
+// IPCInode returns the inode of process pid's kernel IPC namespace.
+func IPCInode(pid int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/ipc", pid), &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}

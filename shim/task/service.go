@@ -1,0 +1,215 @@
+// Package task is the shim's task service: containerd's runc task service,
+// with Create patching the bundle so that the container's System V IPC
+// calls are trapped and served by the engines, and Delete freeing the
+// container's engine namespace.
+package task
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
+	"github.com/containerd/containerd/v2/pkg/shim"
+	"github.com/containerd/containerd/v2/pkg/shutdown"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
+	"github.com/containerd/ttrpc"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/spec"
+)
+
+// Service is the task service: runc's, with Create and Delete extended.
+type Service struct {
+	taskAPI.TTRPCTaskService
+
+	ctx  context.Context
+	ns   *Namespaces
+	gw   *gateway.Gateway
+	sock string
+
+	mu  sync.Mutex
+	srv *listener.Server // listening once the first trapped container is created
+}
+
+// NewService wraps runc's task service.
+func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (*Service, error) {
+	inner, err := runctask.NewTaskService(ctx, publisher, sd)
+	if err != nil {
+		return nil, err
+	}
+	ns := NewNamespaces()
+	ns.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
+	gw, err := gateway.New(ctx, ns)
+	if err != nil {
+		return nil, fmt.Errorf("io.containerd.ipc.v2: start the IPC gateway: %w", err)
+	}
+	gw.Logf = func(f string, a ...any) { log.G(ctx).Warnf(f, a...) }
+	s := &Service{TTRPCTaskService: inner, ctx: ctx, ns: ns, gw: gw, sock: SocketPath()}
+	sd.RegisterCallback(func(context.Context) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.srv != nil {
+			os.Remove(s.sock)
+		}
+		return nil
+	})
+	return s, nil
+}
+
+// RegisterTTRPC registers the service (shim.TTRPCService).
+func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
+	taskAPI.RegisterTTRPCTaskService(server, s)
+	return nil
+}
+
+// SocketPath returns the path of the shim's listenerPath socket: next to
+// the shim's ttrpc socket (in containerd's socket directory, which it
+// cleans), or under /run/containerd-shim-ipc when that path would be too
+// long for a unix socket.
+func SocketPath() string {
+	addr, err := shim.ReadAddress("address")
+	if err == nil {
+		p := strings.TrimPrefix(addr, "unix://")
+		if len(p)+4 < 100 && strings.HasPrefix(p, "/") {
+			return p + ".ipc"
+		}
+	}
+	cwd, _ := os.Getwd()
+	h := sha256.Sum256([]byte(addr + "\x00" + cwd))
+	return filepath.Join("/run/containerd-shim-ipc", hex.EncodeToString(h[:12])+".sock")
+}
+
+// listen starts the listenerPath server once. runc dials the socket
+// synchronously during create: it must be listening before runc runs.
+func (s *Service) listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(s.sock), 0o700); err != nil {
+		return err
+	}
+	srv, err := listener.Listen(s.sock)
+	if err != nil {
+		return err
+	}
+	srv.Errorf = func(f string, a ...any) { log.G(s.ctx).Errorf(f, a...) }
+	s.srv = srv
+	go func() {
+		if err := srv.Serve(s.ctx, s.handle); err != nil && !errors.Is(err, context.Canceled) {
+			log.G(s.ctx).WithError(err).Error("io.containerd.ipc.v2: seccomp listener socket stopped; new containers and execs will fail")
+		}
+	}()
+	log.G(s.ctx).Infof("seccomp listener socket %s", s.sock)
+	return nil
+}
+
+// handle takes one process's seccomp listener from runc and serves it.
+func (s *Service) handle(ctx context.Context, m *listener.Message) error {
+	f := m.SeccompFile()
+	for name, g := range m.Files {
+		if name != listener.SeccompFdName {
+			g.Close()
+		}
+	}
+	if f == nil {
+		return fmt.Errorf("no %s in the message", listener.SeccompFdName)
+	}
+	id, pid := m.State.State.ID, m.State.Pid
+	ino, err := IPCInode(pid)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("IPC namespace of pid %d: %w", pid, err)
+	}
+	l, err := seccompnotify.New(f)
+	if err != nil {
+		return err
+	}
+	s.ns.Attach(id, ino)
+	log.G(ctx).WithField("container", id).Debugf("serving seccomp listener of pid %d (status %s), IPC namespace %d", pid, m.State.State.Status, ino)
+	go func() {
+		defer l.Close()
+		if err := s.gw.Serve(s.ctx, l); err != nil && !errors.Is(err, context.Canceled) {
+			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
+		}
+	}()
+	return nil
+}
+
+func refuse(err error) error {
+	var se *spec.Error
+	if errors.As(err, &se) {
+		return errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %s: %w", se.Msg, errdefs.ErrInvalidArgument))
+	}
+	return errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w", err))
+}
+
+// Create patches the bundle's spec, then lets runc's service create the
+// container.
+func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
+	lg := log.G(ctx).WithField("container", r.ID)
+	opts, err := RuncOptions(r.Options)
+	if err != nil {
+		return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w: %w", err, errdefs.ErrInvalidArgument))
+	}
+	r.Options = opts
+	sp, err := spec.Load(r.Bundle)
+	if err != nil {
+		return nil, refuse(fmt.Errorf("read the container's OCI spec: %w", err))
+	}
+	plan, err := spec.Patch(sp, s.sock)
+	if err != nil {
+		lg.WithError(err).Error("container refused")
+		return nil, refuse(err)
+	}
+	if plan.Trapped {
+		if err := s.listen(); err != nil {
+			return nil, refuse(fmt.Errorf("open the seccomp listener socket %s: %w", s.sock, err))
+		}
+		if err := spec.Save(r.Bundle, sp); err != nil {
+			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
+		}
+		s.ns.Prepare(r.ID, plan.Limits)
+		lg.Infof("trapping %v (IPC namespace %s)", plan.Notified, orNew(plan.IPCPath))
+	} else {
+		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
+	}
+	resp, err := s.TTRPCTaskService.Create(ctx, r)
+	if err != nil && plan.Trapped {
+		s.ns.Remove(r.ID)
+	}
+	return resp, err
+}
+
+func orNew(p string) string {
+	if p == "" {
+		return "new"
+	}
+	return p
+}
+
+// Delete deletes a process; deleting a container frees its engine
+// namespace when it was the last member.
+func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	resp, err := s.TTRPCTaskService.Delete(ctx, r)
+	if err == nil && r.ExecID == "" {
+		s.ns.Remove(r.ID)
+	}
+	return resp, err
+}
+
+// Namespaces returns the service's namespace mapping (for tests).
+func (s *Service) Namespaces() *Namespaces { return s.ns }
