@@ -179,7 +179,10 @@ func fmtResult(c call, ret int64, errno unix.Errno, mtype int64, text []byte, ds
 // ---- kernel backend ----
 
 type kernelBackend struct {
-	actors map[int]*kernelipc.Actor
+	// p0uid, p0gid are the ids process 0 (the namespace thread) runs
+	// with; 0 for root.
+	p0uid, p0gid uint32
+	actors       map[int]*kernelipc.Actor
 	calls  map[int]call
 	names  map[int32]string
 }
@@ -192,8 +195,17 @@ func newKernelBackend() *kernelBackend {
 func (k *kernelBackend) actor(p int) *kernelipc.Actor {
 	a := k.actors[p]
 	if a == nil {
+		// An actor inherits the ids of the thread that forks it.
+		uid, gid := k.p0uid, k.p0gid
+		if uid != 0 {
+			k.setCreds(0, 0, 0)
+		}
 		var err error
-		if a, err = kernelipc.StartActor(); err != nil {
+		a, err = kernelipc.StartActor()
+		if uid != 0 {
+			k.setCreds(0, uid, gid)
+		}
+		if err != nil {
 			panic(err)
 		}
 		k.actors[p] = a
@@ -315,9 +327,25 @@ func (k *kernelBackend) start(p int, c call) {
 }
 
 func (k *kernelBackend) settle(p int) (string, bool) {
-	done, r, err := k.actors[p].Settle()
+	a := k.actors[p]
+	// Off the namespace thread, whose ids the scenario may have dropped:
+	// /proc/<pid>/task/<tid>/syscall of a root actor needs root.
+	type settled struct {
+		done bool
+		r    kernelipc.Result
+		err  error
+	}
+	ch := make(chan settled, 1)
+	go func() {
+		done, r, err := a.Settle()
+		ch <- settled{done, r, err}
+	}()
+	st := <-ch
+	done, r, err := st.done, st.r, st.err
 	if err != nil {
-		panic(err)
+		sc, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/syscall", a.Pid, a.Tid))
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", a.Pid, a.Tid))
+		panic(fmt.Sprintf("%v (syscall %q, stat %q)", err, sc, st))
 	}
 	if !done {
 		return "", false
@@ -331,7 +359,9 @@ func (k *kernelBackend) interrupt(p int) {
 	// signal with a handler, which interrupts msgsnd/msgrcv with EINTR.
 	// It goes to the calling thread: kill() could pick another one.
 	a := k.actors[p]
-	if err := unix.Tgkill(a.Pid, a.Tid, syscall.SIGURG); err != nil {
+	ch := make(chan error, 1)
+	go func() { ch <- unix.Tgkill(a.Pid, a.Tid, syscall.SIGURG) }() // as root
+	if err := <-ch; err != nil {
 		panic(err)
 	}
 }
@@ -341,6 +371,9 @@ func (k *kernelBackend) setCreds(p int, uid, gid uint32) {
 	// raw syscalls (the Go wrappers would change every thread).
 	k.credCall(p, unix.SYS_SETRESUID, 0)
 	k.credCall(p, unix.SYS_SETRESGID, 0)
+	if p == 0 {
+		k.p0uid, k.p0gid = uid, gid
+	}
 	if uid == 0 {
 		return
 	}
@@ -362,6 +395,13 @@ func (k *kernelBackend) credCall(p int, nr uintptr, id uint32) {
 	}
 	if r.Errno != 0 {
 		panic(fmt.Sprintf("set ids: %v", r.Errno))
+	}
+	if p != 0 {
+		// A change of euid makes the process non-dumpable, which hides
+		// /proc/<pid>/task/<tid>/syscall from Settle: undo that.
+		if _, err := k.actor(p).Do(kernelipc.Call{Nr: unix.SYS_PRCTL, Args: [6]uint64{unix.PR_SET_DUMPABLE, 1}}); err != nil {
+			panic(err)
+		}
 	}
 }
 
@@ -588,7 +628,7 @@ func runKernel(t testing.TB, scenario func(*env)) []string {
 		t.Fatal(err)
 	}
 	if perr != nil {
-		t.Fatalf("kernel run: %v", perr)
+		t.Fatalf("kernel run: %v\nlog so far:\n%s", perr, strings.Join(log[max(len(log)-15, 0):], "\n"))
 	}
 	return log
 }
