@@ -46,6 +46,19 @@ type Request struct {
 	l       *seccompnotify.Listener
 	g       *Gateway
 	replied atomic.Bool
+	// delivered is set once an answer was accepted by the kernel (for
+	// Deliver: taken by the task).
+	delivered atomic.Bool
+
+	// The fields below are used once the call is blocked (Block).
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the blocked call has finished
+	// gone is set when the notification is known to be gone (a signal
+	// or the task's death), before cancel.
+	gone atomic.Bool
+	// stopped is set when the task was seen stopped after its
+	// notification went: the kernel will restart the call on SIGCONT.
+	stopped atomic.Bool
 }
 
 // Arg returns the i-th argument register.
@@ -58,7 +71,11 @@ func (r *Request) Valid() error { return r.l.IDValid(r.Notif.ID) }
 
 // Reply answers the call with val, or with err if it is not nil (a
 // syscall.Errno; any other error is logged and answered with EIO). Only
-// the first answer counts; it reports whether the answer was delivered.
+// the first answer counts; it reports whether the kernel accepted the
+// answer. An accepted answer can still be discarded by the kernel if a
+// signal reaches the task at the same instant (the call is then
+// restarted or fails with EINTR): use Deliver for answers whose effect
+// must happen exactly once.
 func (r *Request) Reply(val int64, err error) bool {
 	if !r.replied.CompareAndSwap(false, true) {
 		return false
@@ -72,7 +89,52 @@ func (r *Request) Reply(val int64, err error) bool {
 	if serr != nil && !seccompnotify.IsGone(serr) {
 		r.g.logf("gateway: reply to tid %d: %v", r.Task.Tid, serr)
 	}
+	if serr == nil {
+		r.delivered.Store(true)
+	}
 	return serr == nil
+}
+
+// Deliver answers the call with the return value 0 and reports whether
+// the task took it: when it returns false the task never saw the answer
+// and the caller must undo the call's effect. It is Reply(0, nil) made
+// exact: with Gateway.ExactDelivery (the default) it uses
+// seccompnotify.ReplyZeroConfirmed, closing the kernel window in which a
+// reply that SEND accepted is discarded because a signal woke the task at
+// the same time. Only the first answer counts.
+func (r *Request) Deliver() bool {
+	if !r.g.ExactDelivery {
+		return r.Reply(0, nil)
+	}
+	if !r.replied.CompareAndSwap(false, true) {
+		return false
+	}
+	src, err := r.Task.dupFD0()
+	if err == nil {
+		err = r.l.ReplyZeroConfirmed(r.Notif.ID, src)
+		unix.Close(src)
+		switch {
+		case err == nil:
+			r.delivered.Store(true)
+			return true
+		case errors.Is(err, seccompnotify.ErrUnconfirmed):
+			r.g.Stats.Unconfirmed.Add(1)
+			r.delivered.Store(true)
+			return true
+		case seccompnotify.IsGone(err):
+			r.g.Stats.Refused.Add(1)
+			return false
+		}
+		r.g.logf("gateway: confirmed reply to tid %d: %v", r.Task.Tid, err)
+	}
+	// No fd 0 in the task (or the confirmed reply failed without
+	// queueing anything): a plain reply, exact except in the window.
+	r.g.Stats.Plain.Add(1)
+	if r.l.Reply(r.Notif.ID, 0, 0) != nil {
+		return false
+	}
+	r.delivered.Store(true)
+	return true
 }
 
 // Replied reports whether an answer was sent (or attempted).
@@ -80,44 +142,135 @@ func (r *Request) Replied() bool { return r.replied.Load() }
 
 // Block runs f on its own goroutine, so that a call that sleeps does not
 // hold up the listener's other callers, and answers with its result
-// unless f already answered (for example through Reply in an engine's
-// commit callback). f's ctx is cancelled when the notification becomes
-// invalid: the task was interrupted by a signal or died. The kernel gives
-// no event for that, so the notification is polled with ID_VALID every
-// Gateway.PollInterval while f runs.
+// unless f already answered (for example through Deliver in an engine's
+// commit callback). Call Block only for a call that, natively, would
+// sleep now: if a signal interrupts it, the kernel restarts the trapped
+// call (SA_RESTART, stop/continue) and the gateway answers the restarted
+// call as the native call would have been answered (see Gateway.restart).
+//
+// f's ctx is cancelled when the notification is gone: at once when the
+// same thread raises a new notification (a thread makes one call at a
+// time), when the task's process exits, when a waiter count is queried
+// (Request.Sweep), and otherwise within Gateway.PollInterval, by which
+// the notification is polled with ID_VALID (the kernel gives no event).
 func (r *Request) Block(f func(ctx context.Context) (int64, error)) {
 	ctx, cancel := context.WithCancel(r.g.ctx)
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	t := r.Task
+	t.callMu.Lock()
+	prev := t.blocked
+	t.blocked = r
+	t.callMu.Unlock()
+	if prev != nil {
+		// Cannot happen: dispatch ends a thread's blocked call before
+		// serving its next one.
+		r.g.abandon(prev)
+	}
+	r.g.track(r, true)
 	r.g.blocked.Add(1)
 	go func() {
 		defer r.g.blocked.Done()
 		defer cancel()
-		// The validity poll is a timer, not a goroutine: most calls that
-		// may sleep do not, and finish before it first fires.
+		// The validity poll is a timer, not a goroutine: most blocked
+		// calls are woken before it first fires.
 		var mu sync.Mutex // guards stopped and the timer's re-arming
 		stopped := false
-		var t *time.Timer
+		var tm *time.Timer
 		mu.Lock()
-		t = time.AfterFunc(r.g.PollInterval, func() {
+		tm = time.AfterFunc(r.g.PollInterval, func() {
 			if r.Valid() != nil {
-				cancel()
+				r.markGone(true)
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			if !stopped {
-				t.Reset(r.g.PollInterval)
+				tm.Reset(r.g.PollInterval)
 			}
 		})
 		mu.Unlock()
 		val, err := f(ctx)
 		mu.Lock()
 		stopped = true
-		t.Stop()
+		tm.Stop()
 		mu.Unlock()
 		if !r.Replied() {
 			r.Reply(val, err)
 		}
+		r.g.track(r, false)
+		t.callMu.Lock()
+		if t.blocked == r {
+			t.blocked = nil
+		}
+		if r.gone.Load() && !r.delivered.Load() {
+			r.g.Stats.Interrupted.Add(1)
+			t.intr = &interruption{
+				nr: r.Notif.Data.Nr, arch: r.Notif.Data.Arch, ip: r.Notif.Data.InstructionPointer,
+				args: r.Notif.Data.Args, sysno: r.Sysno, at: time.Now(), stopped: r.stopped.Load(),
+			}
+		}
+		t.callMu.Unlock()
+		close(r.done)
 	}()
+}
+
+// markGone records that r's notification is gone and cancels its wait.
+// With probe, the task's state is read to learn whether it is stopped.
+func (r *Request) markGone(probe bool) {
+	if probe && r.Task.isStopped() {
+		r.stopped.Store(true)
+	}
+	r.gone.Store(true)
+	r.cancel()
+}
+
+// Sweep checks every blocked call of the gateway with ID_VALID and ends
+// those whose notification is gone, waiting for them to leave the
+// engines: a query of waiter counts (GETNCNT, GETZCNT) then sees what the
+// kernel's would, since a native waiter leaves its queue the moment a
+// signal interrupts it.
+func (r *Request) Sweep() { r.g.sweep() }
+
+// interruption is a blocked call whose notification went away unanswered
+// (a signal, or a stop): the kernel will restart it with the same number,
+// arguments and instruction pointer unless the task saw EINTR.
+type interruption struct {
+	nr      int32
+	arch    uint32
+	ip      uint64
+	args    [6]uint64
+	sysno   Sysno
+	at      time.Time
+	stopped bool
+}
+
+func (in *interruption) matches(d *seccompnotify.Data) bool {
+	return in.nr == d.Nr && in.arch == d.Arch && in.ip == d.InstructionPointer && in.args == d.Args
+}
+
+// Stats counts the gateway's signal-related events.
+type Stats struct {
+	// Interrupted counts blocked calls whose notification went away
+	// unanswered.
+	Interrupted atomic.Int64
+	// Restarts counts restarted calls recognised as the restart of an
+	// interrupted blocked call and answered EINTR (as native semop).
+	Restarts atomic.Int64
+	// Resumed counts restarted calls recognised and served again
+	// (native msgsnd/msgrcv after stop/continue).
+	Resumed atomic.Int64
+	// Refused counts exact deliveries the task did not take (a signal
+	// raced the answer: the effect was undone). With a plain SEND each
+	// would have been a reply that was either refused (ENOENT) or, in the
+	// kernel's window, accepted and discarded.
+	Refused atomic.Int64
+	// Unconfirmed counts exact deliveries whose confirmation was lost to
+	// a signal on the gateway's own thread.
+	Unconfirmed atomic.Int64
+	// Plain counts deliveries that fell back to a plain SEND (the task
+	// had no fd 0).
+	Plain atomic.Int64
 }
 
 // Gateway serves listener fds with one Handler and one Resolver.
@@ -134,14 +287,46 @@ type Gateway struct {
 	// Logf reports anomalies; nil discards them.
 	Logf func(format string, args ...any)
 
+	// ExactDelivery makes Request.Deliver confirm that the task took
+	// the answer (default true; see seccompnotify.ReplyZeroConfirmed).
+	ExactDelivery bool
+	// RestartWindow is how long after a blocked call was interrupted a
+	// call with the same thread, number, arguments and instruction
+	// pointer is taken for its restart (default 1s) when the task was
+	// not seen stopped; after a stop the next call of the thread is
+	// compared, however late.
+	RestartWindow time.Duration
+	// Stats counts signal-related events.
+	Stats Stats
+
 	ctx     context.Context
 	blocked sync.WaitGroup
+
+	// mu guards waiting.
+	mu      sync.Mutex
+	waiting map[*Request]struct{} // blocked calls
 }
 
 // New returns a gateway serving h. ctx bounds the life of blocked calls.
 func New(ctx context.Context, h Handler) (*Gateway, error) {
-	g := &Gateway{h: h, PollInterval: 10 * time.Millisecond, SyncWakeUp: true, ctx: ctx}
-	res, err := NewResolver(h.Exit)
+	g := &Gateway{h: h, PollInterval: 10 * time.Millisecond, SyncWakeUp: true, ExactDelivery: true,
+		RestartWindow: time.Second, ctx: ctx, waiting: make(map[*Request]struct{})}
+	res, err := NewResolver(func(pid *ipcns.Pid) {
+		// The process's blocked calls are gone with it: end them before
+		// its SEM_UNDO adjustments are applied.
+		g.mu.Lock()
+		var mine []*Request
+		for r := range g.waiting {
+			if r.Task.Caller.Pid == pid {
+				mine = append(mine, r)
+			}
+		}
+		g.mu.Unlock()
+		for _, r := range mine {
+			g.abandon(r)
+		}
+		h.Exit(pid)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -197,5 +382,85 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 		_ = l.Reply(n.ID, 0, unix.ESRCH)
 		return
 	}
-	g.h.Handle(&Request{Notif: n, Sysno: sys, Task: t, l: l, g: g})
+	r := &Request{Notif: n, Sysno: sys, Task: t, l: l, g: g}
+	if g.restart(r) {
+		return
+	}
+	g.h.Handle(r)
+}
+
+// restart ends the thread's previous blocked call, whose notification is
+// necessarily gone (a thread makes one system call at a time), and
+// answers r if it is the kernel's restart of that interrupted call,
+// reporting whether it did. Natively semop and semtimedop fail with EINTR
+// whenever a signal interrupts their sleep (a handler with or without
+// SA_RESTART, a stop), and msgsnd and msgrcv fail with EINTR when a
+// handler ran but resume after a stop; under seccomp the kernel gives
+// EINTR itself only for a handler without SA_RESTART, and restarts the
+// call otherwise.
+//
+// Only calls that were blocked are considered: a call interrupted while
+// it was being served (it would not have slept natively, e.g. preempted
+// by the Go runtime's SIGURG) is served again, since natively it would
+// not have failed.
+func (g *Gateway) restart(r *Request) bool {
+	t := r.Task
+	t.callMu.Lock()
+	prev := t.blocked
+	t.callMu.Unlock()
+	if prev != nil {
+		g.abandon(prev)
+	}
+	t.callMu.Lock()
+	in := t.intr
+	t.intr = nil
+	t.callMu.Unlock()
+	if in == nil || !in.matches(&r.Notif.Data) || (!in.stopped && time.Since(in.at) > g.RestartWindow) {
+		return false
+	}
+	switch in.sysno {
+	case SysSemop, SysSemtimedop:
+	case SysMsgsnd, SysMsgrcv:
+		if in.stopped {
+			g.Stats.Resumed.Add(1)
+			return false
+		}
+	default:
+		return false
+	}
+	g.Stats.Restarts.Add(1)
+	r.Reply(0, unix.EINTR)
+	return true
+}
+
+// abandon ends blocked call r, whose notification is gone, and waits until
+// it has left the engine.
+func (g *Gateway) abandon(r *Request) {
+	r.markGone(false)
+	<-r.done
+}
+
+func (g *Gateway) track(r *Request, on bool) {
+	g.mu.Lock()
+	if on {
+		g.waiting[r] = struct{}{}
+	} else {
+		delete(g.waiting, r)
+	}
+	g.mu.Unlock()
+}
+
+func (g *Gateway) sweep() {
+	g.mu.Lock()
+	all := make([]*Request, 0, len(g.waiting))
+	for r := range g.waiting {
+		all = append(all, r)
+	}
+	g.mu.Unlock()
+	for _, r := range all {
+		if r.Valid() != nil && !r.Replied() {
+			r.markGone(true)
+			<-r.done
+		}
+	}
 }

@@ -59,6 +59,14 @@ func (r *recorder) Handle(req *gateway.Request) {
 // and returns its stdout.
 func serve(tb testing.TB, h gateway.Handler, argv ...string) []byte {
 	tb.Helper()
+	out, _ := serveWith(tb, h, nil, argv...)
+	return out
+}
+
+// serveWith is serve with cfg applied to the gateway before it serves;
+// it also returns the gateway, for its Stats.
+func serveWith(tb testing.TB, h gateway.Handler, cfg func(*gateway.Gateway), argv ...string) ([]byte, *gateway.Gateway) {
+	tb.Helper()
 	if why := harness.Supported(); why != "" {
 		tb.Skip(why)
 	}
@@ -69,6 +77,9 @@ func serve(tb testing.TB, h gateway.Handler, argv ...string) []byte {
 		tb.Fatal(err)
 	}
 	g.Logf = tb.Logf
+	if cfg != nil {
+		cfg(g)
+	}
 	srv, err := listener.Listen(filepath.Join(tb.TempDir(), "l.sock"))
 	if err != nil {
 		tb.Fatal(err)
@@ -87,6 +98,9 @@ func serve(tb testing.TB, h gateway.Handler, argv ...string) []byte {
 	cmd := harness.Command(srv.Addr(), argv...)
 	out, err := cmd.Output()
 	if err != nil {
+		if g != nil {
+			logStats(tb, g)
+		}
 		tb.Fatalf("trapped %v: %v\n%s", argv, err, out)
 	}
 	select {
@@ -97,7 +111,7 @@ func serve(tb testing.TB, h gateway.Handler, argv ...string) []byte {
 	case <-ctx.Done():
 		tb.Fatal("Serve did not end after the child exited")
 	}
-	return out
+	return out, g
 }
 
 func TestIdentify(t *testing.T) {
@@ -177,4 +191,41 @@ func TestCompatRefused(t *testing.T) {
 	if out != want {
 		t.Fatalf("got\n%s\nwant\n%s", out, want)
 	}
+}
+
+// diff reports the lines where native and trapped differ.
+func diff(t *testing.T, native, trapped []byte) {
+	t.Helper()
+	if bytes.Equal(native, trapped) {
+		return
+	}
+	nl, tl := strings.Split(string(native), "\n"), strings.Split(string(trapped), "\n")
+	for i := 0; i < max(len(nl), len(tl)); i++ {
+		var a, b string
+		if i < len(nl) {
+			a = nl[i]
+		}
+		if i < len(tl) {
+			b = tl[i]
+		}
+		if a != b {
+			t.Errorf("line %d:\n native  %s\n trapped %s", i+1, a, b)
+		}
+	}
+}
+
+// TestSignalsDifferential runs testdata/sigprog.c, which interrupts
+// blocked semop/semtimedop calls with a handler without and with
+// SA_RESTART, a stop and continue, an ignored signal and a stop with a
+// SIGCONT handler, natively and under the gateway: the outputs (results,
+// errnos, waiter counts right after the signal, final values) must be
+// identical.
+func TestSignalsDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/sigprog.c")
+	native, err := harness.NativeCommand(bin).Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	trapped := serve(t, gateway.NewEngines(), bin)
+	diff(t, native, trapped)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
 	"sync"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -138,7 +139,7 @@ func (e *Engines) semop(r *Request, timed bool) {
 	}
 	// Deliver success with the set still locked: if the task has left,
 	// the engine undoes the operation exactly.
-	op.Commit = func() bool { return r.Reply(0, nil) }
+	op.Commit = r.Deliver
 	run := func(ctx context.Context, op *semengine.Op) (int64, error) {
 		err := eng.Semop(ctx, &r.Task.Caller, op)
 		if errors.Is(err, semengine.ErrNotDelivered) {
@@ -163,6 +164,9 @@ func (e *Engines) semop(r *Request, timed bool) {
 			r.Reply(val, err)
 		}
 		return
+	}
+	if debugBlock {
+		r.g.logf("gateway: tid %d blocks in semop %v", r.Task.Tid, op.Sops)
 	}
 	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
 }
@@ -261,7 +265,12 @@ func (e *Engines) semctl(r *Request) {
 			return
 		}
 		r.Reply(0, eng.SetVal(c, semid, semnum, int(int32(arg))))
-	case semengine.GetVal, semengine.GetPID, semengine.GetNCnt, semengine.GetZCnt:
+	case semengine.GetNCnt, semengine.GetZCnt:
+		// Interrupted sleepers leave the counts at once natively.
+		r.Sweep()
+		v, err := eng.Get(c, semid, semnum, cmd)
+		r.Reply(int64(v), err)
+	case semengine.GetVal, semengine.GetPID:
 		v, err := eng.Get(c, semid, semnum, cmd)
 		r.Reply(int64(v), err)
 	case ipcns.IPCSet:
@@ -293,3 +302,5 @@ func (Null) Handle(r *Request) { r.Reply(0, nil) }
 
 // Exit does nothing.
 func (Null) Exit(*ipcns.Pid) {}
+
+var debugBlock = os.Getenv("GATEWAY_DEBUG_BLOCK") != ""

@@ -46,6 +46,41 @@ type Task struct {
 	mu    sync.Mutex
 	pidfd int // PIDFD_THREAD pidfd; -1 once released
 	memfd int // /proc/<tid>/mem, -1 until first use and once released
+
+	// callMu guards blocked and intr, the thread's signal bookkeeping.
+	callMu  sync.Mutex
+	blocked *Request      // the thread's blocked call, if any
+	intr    *interruption // its last interrupted blocked call, until its next call
+}
+
+// dupFD0 returns a duplicate of the task's fd 0 (pidfd_getfd), or an
+// error if it has none.
+func (t *Task) dupFD0() (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pidfd < 0 {
+		return -1, unix.EBADF
+	}
+	return unix.PidfdGetfd(t.pidfd, 0, 0)
+}
+
+// isStopped reports whether the thread is stopped (job control, ptrace,
+// or frozen), from /proc/<tid>/stat. Used only on the slow path, when a
+// blocked call's notification has gone.
+func (t *Task) isStopped() bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(t.Tid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	switch b[i+2] {
+	case 'T', 't':
+		return true
+	}
+	return false
 }
 
 type credKey struct{ ruid, euid, suid, fsuid, rgid, egid, sgid, fsgid uint32 }

@@ -98,3 +98,17 @@ func CheckSizes() error {
 	}
 	return nil
 }
+
+// AddFD is the kernel's struct seccomp_notif_addfd.
+type AddFD struct {
+	ID         uint64
+	Flags      uint32
+	Srcfd      uint32
+	Newfd      uint32
+	NewfdFlags uint32
+}
+
+var (
+	_ [24 - unsafe.Sizeof(AddFD{})]struct{}
+	_ [unsafe.Sizeof(AddFD{}) - 24]struct{}
+)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -135,6 +136,65 @@ func (l *Listener) Reply(id uint64, val int64, errno unix.Errno) error {
 func (l *Listener) Continue(id uint64) error {
 	return l.Send(&Resp{ID: id, Flags: FlagContinue})
 }
+
+// ReplyZeroConfirmed answers notification id with the return value 0 and
+// reports, with a nil error, that the task *took* the answer. A plain
+// Send can return 0 and still be discarded by the kernel: a task woken by
+// a signal just before the reply was queued restarts its call (or sees
+// EINTR) although Send succeeded. This reply instead goes through
+// SECCOMP_IOCTL_NOTIF_ADDFD with SECCOMP_ADDFD_FLAG_SEND|SETFD: the task
+// installs srcfd as its fd 0 and takes the answer in its own context,
+// which makes the syscall return 0, and the ioctl returns only once it has
+// done so, or fails with ESRCH if a signal got there first (nothing was
+// delivered and nothing installed).
+//
+// srcfd must be a duplicate of the task's own fd 0 (pidfd_getfd), so that
+// replacing fd 0 changes nothing the task can see except two side effects
+// of closing the old reference: POSIX record locks the process held on
+// that file are released, and FD_CLOEXEC on fd 0 is cleared.
+//
+// Errors: IsGone (ENOENT: the notification had already gone, nothing
+// delivered; ESRCH: interrupted before the task took it, nothing
+// delivered); ErrUnconfirmed (the ioctl itself was interrupted and its
+// retry found the answer already queued: delivered unless the task was
+// interrupted in the same instant); anything else means the answer was not
+// queued and the notification is still pending.
+func (l *Listener) ReplyZeroConfirmed(id uint64, srcfd int) error {
+	a := AddFD{ID: id, Flags: unix.SECCOMP_ADDFD_FLAG_SETFD | unix.SECCOMP_ADDFD_FLAG_SEND, Srcfd: uint32(srcfd), Newfd: 0}
+	// The ioctl waits for the task. If a signal (the Go runtime's
+	// SIGURG) interrupted that wait, the kernel would withdraw the fd
+	// but leave the answer queued, and the automatic restart of the
+	// ioctl would fail with ENOENT once the task had taken the answer:
+	// indistinguishable from "gone before". Signals are blocked on this
+	// thread for the duration, so ENOENT and ESRCH always mean that
+	// nothing was delivered.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, old unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
+		return fmt.Errorf("pthread_sigmask: %w", err)
+	}
+	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	err := l.ioctlRaw(unix.SECCOMP_IOCTL_NOTIF_ADDFD, func(fd uintptr) unix.Errno {
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uintptr(unix.SECCOMP_IOCTL_NOTIF_ADDFD), uintptr(unsafe.Pointer(&a)))
+		return errno
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ESRCH):
+		return fmt.Errorf("SECCOMP_IOCTL_NOTIF_ADDFD: %w (%w)", err, unix.ENOENT)
+	case errors.Is(err, unix.EINPROGRESS):
+		return ErrUnconfirmed
+	}
+	return fmt.Errorf("SECCOMP_IOCTL_NOTIF_ADDFD: %w", err)
+}
+
+// ErrUnconfirmed: see ReplyZeroConfirmed.
+var ErrUnconfirmed = errors.New("seccompnotify: reply queued, delivery unconfirmed")
 
 // IDValid reports, with a nil error, that notification id is still
 // pending: the task that raised it is still waiting, so its pid still
