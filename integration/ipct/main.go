@@ -134,7 +134,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: ipct CMD ARGS
   semget KEY NSEMS [create] [excl]   print the set's id
   setval KEY NUM VAL | getval KEY NUM | getpid KEY NUM
-  semop KEY NUM OP [undo] [nowait]
+  semop KEY NUM OP [undo] [nowait]  print "ok PID"
   hold KEY NUM                       semop -1 with SEM_UNDO, print "held", sleep
   semrmid ID | semrm KEY
   msgget KEY [create] [excl]         print the queue's id
@@ -220,7 +220,7 @@ func main() {
 				time.Sleep(time.Hour)
 			}
 		}
-		fmt.Println("ok")
+		fmt.Println("ok", os.Getpid())
 	case "semrmid":
 		need(1)
 		if _, err := semctl(int(num(a[0])), 0, ipcRmid, 0); err != nil {

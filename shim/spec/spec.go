@@ -73,18 +73,31 @@ func Save(bundle string, s *specs.Spec) error {
 	return os.Rename(tmp, path)
 }
 
-// ipcNamespace returns whether s has an IPC namespace of its own (or
-// joins one by path) and that path.
+// ipcNamespace returns whether s has an IPC namespace other than the
+// host's (a new one, or one it joins by path) and that path. A path that
+// names the shim's own IPC namespace is the host's.
 func ipcNamespace(s *specs.Spec) (bool, string) {
 	if s.Linux == nil {
 		return false, ""
 	}
 	for _, ns := range s.Linux.Namespaces {
 		if ns.Type == specs.IPCNamespace {
+			if ns.Path != "" && sameFile(ns.Path, "/proc/self/ns/ipc") {
+				return false, ns.Path
+			}
 			return true, ns.Path
 		}
 	}
 	return false, ""
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // Limits returns Linux's default limits overridden by the IPC sysctls of

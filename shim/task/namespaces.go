@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -79,8 +80,8 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	if created {
 		e = newEngineNS(m.limits)
 		n.byIno[ino] = e
-		n.logf("IPC namespace %d: new engine namespace for container %s, limits sem=%q msgmax=%d msgmnb=%d msgmni=%d",
-			ino, id, m.limits.SemString(), m.limits.MsgMax, m.limits.MsgMNB, m.limits.MsgMNI)
+		n.logf("IPC namespace %d: new engine namespace for container %s, limits sem=%s msgmax=%d msgmnb=%d msgmni=%d",
+			ino, id, strings.ReplaceAll(m.limits.SemString(), "\t", " "), m.limits.MsgMax, m.limits.MsgMNB, m.limits.MsgMNI)
 	} else if e.limits != m.limits {
 		n.logf("container %s joins IPC namespace %d whose limits were set by its first container; its own sysctls are not applied", id, ino)
 	}

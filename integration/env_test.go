@@ -1,0 +1,277 @@
+// Package integration runs the shim under a real containerd (built from
+// the Go module proxy by scripts/build-containerd.sh), Debian's runc and a
+// busybox rootfs with ipct, the static IPC tool. The tests need root; they
+// skip with the reason when something is missing.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	runtimeIPC  = "io.containerd.ipc.v2"
+	runtimeRunc = "io.containerd.runc.v2"
+	ctrNS       = "ipctest"
+)
+
+// env is the private containerd the tests share.
+type env struct {
+	dir, sock, ctr, rootfs string
+}
+
+var (
+	setupOnce sync.Once
+	theEnv    *env
+	skipWhy   string
+)
+
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Dir(wd)
+}
+
+// need returns the environment or skips the test.
+func need(t *testing.T) *env {
+	t.Helper()
+	setupOnce.Do(setup)
+	if theEnv == nil {
+		t.Skip("integration: " + skipWhy)
+	}
+	return theEnv
+}
+
+func setup() {
+	if os.Geteuid() != 0 {
+		skipWhy = "needs root (containerd, runc and seccomp listeners); run `sudo make test`"
+		return
+	}
+	root := repoRoot()
+	bin := filepath.Join(root, "build", "containerd")
+	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			skipWhy = fmt.Sprintf("%s/%s missing: run scripts/install-runtime-deps.sh (make integration-deps)", bin, b)
+			return
+		}
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		skipWhy = "runc not installed: run scripts/install-runtime-deps.sh (apt-get install runc busybox-static)"
+		return
+	}
+	dir, err := os.MkdirTemp("", "shim-ipc-it-")
+	if err != nil {
+		skipWhy = err.Error()
+		return
+	}
+	fail := func(f string, a ...any) {
+		skipWhy = "setup failed: " + fmt.Sprintf(f, a...)
+		// A broken setup is a failure, not a skip: TestMain reports it.
+		setupErr = skipWhy
+	}
+	shimDir := filepath.Join(dir, "bin")
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(shimDir, "containerd-shim-ipc-v2"), "../cmd/containerd-shim-ipc-v2").CombinedOutput(); err != nil {
+		fail("build shim: %v\n%s", err, out)
+		return
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if out, err := exec.Command(filepath.Join(root, "scripts", "make-rootfs.sh"), rootfs).CombinedOutput(); err != nil {
+		fail("rootfs: %v\n%s", err, out)
+		return
+	}
+	cmd := exec.Command(filepath.Join(root, "scripts", "containerd-env.sh"), "start", filepath.Join(dir, "d"))
+	cmd.Env = append(os.Environ(), "SHIM_BIN="+shimDir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fail("containerd: %v\n%s", err, out)
+		return
+	}
+	theEnv = &env{dir: dir, sock: filepath.Join(dir, "d", "containerd.sock"), ctr: filepath.Join(bin, "ctr"), rootfs: rootfs}
+}
+
+var setupErr string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if theEnv != nil {
+		exec.Command(filepath.Join(repoRoot(), "scripts", "containerd-env.sh"), "stop", filepath.Join(theEnv.dir, "d")).Run()
+		if os.Getenv("KEEP_IT") == "" {
+			os.RemoveAll(theEnv.dir)
+		} else {
+			fmt.Println("integration: kept", theEnv.dir)
+		}
+	}
+	if setupErr != "" {
+		fmt.Fprintln(os.Stderr, "integration:", setupErr)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// ctrCmd runs ctr with args and returns its combined output.
+func (e *env) ctrCmd(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	all := append([]string{"-a", e.sock, "-n", ctrNS}, args...)
+	var buf bytes.Buffer
+	c := exec.CommandContext(ctx, e.ctr, all...)
+	c.Stdout, c.Stderr = &buf, &buf
+	err := c.Run()
+	return dropWarnings(buf.String()), err
+}
+
+var warnLine = regexp.MustCompile(`(?m)^time=.*level=warning.*\n?`)
+
+func dropWarnings(s string) string { return warnLine.ReplaceAllString(s, "") }
+
+// ctrOK is ctrCmd that fails the test on error.
+func (e *env) ctrOK(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.ctrCmd(60*time.Second, args...)
+	if err != nil {
+		t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+type opts struct {
+	runtime string
+	extra   []string
+}
+
+func (o opts) runArgs(e *env, id string) []string {
+	rt := o.runtime
+	if rt == "" {
+		rt = runtimeIPC
+	}
+	a := []string{"run", "--env", "PATH=/bin", "--runtime", rt, "--rootfs"}
+	a = append(a, o.extra...)
+	return append(a[:len(a):len(a)], e.rootfs, id)
+}
+
+// run runs sh -c script in a new container and returns its output.
+func (e *env) run(t *testing.T, id, script string, o opts) string {
+	t.Helper()
+	args := o.runArgs(e, id)
+	args = append([]string{args[0], "--rm"}, args[1:]...)
+	return e.ctrOK(t, append(args, "/bin/sh", "-c", script)...)
+}
+
+// start starts a container whose init sleeps, and registers its removal.
+func (e *env) start(t *testing.T, id string, o opts) int {
+	t.Helper()
+	args := o.runArgs(e, id)
+	args = append([]string{args[0], "-d", "--null-io"}, args[1:]...)
+	e.ctrOK(t, append(args, "/bin/sleep", "3600")...)
+	t.Cleanup(func() { e.remove(id) })
+	return e.pid(t, id)
+}
+
+// remove kills and deletes container id.
+func (e *env) remove(id string) {
+	e.ctrCmd(20*time.Second, "task", "kill", "-s", "SIGKILL", id)
+	for i := 0; i < 50; i++ {
+		if _, err := e.ctrCmd(20*time.Second, "task", "delete", id); err == nil {
+			break
+		}
+		out, _ := e.ctrCmd(10*time.Second, "task", "ls", "-q")
+		if !strings.Contains(out, id) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.ctrCmd(20*time.Second, "container", "delete", id)
+}
+
+// stop kills and deletes the task of id (keeping nothing), failing the
+// test if that fails.
+func (e *env) stop(t *testing.T, id string) {
+	t.Helper()
+	e.ctrCmd(20*time.Second, "task", "kill", "-s", "SIGKILL", id)
+	var out string
+	var err error
+	for i := 0; i < 50; i++ {
+		if out, err = e.ctrCmd(20*time.Second, "task", "delete", id); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("task delete %s: %v\n%s", id, err, out)
+	}
+	e.ctrCmd(20*time.Second, "container", "delete", id)
+}
+
+var execSeq int
+
+// exec runs sh -c script as a process of container id.
+func (e *env) exec(t *testing.T, id, script string) string {
+	t.Helper()
+	execSeq++
+	return e.ctrOK(t, "task", "exec", "--exec-id", fmt.Sprintf("x%d", execSeq), id, "/bin/sh", "-c", script)
+}
+
+// execDetached starts sh -c script as a process of container id, without
+// waiting, and returns its exec id.
+func (e *env) execDetached(t *testing.T, id, script string) string {
+	t.Helper()
+	execSeq++
+	xid := fmt.Sprintf("d%d", execSeq)
+	e.ctrOK(t, "task", "exec", "--detach", "--exec-id", xid, id, "/bin/sh", "-c", script)
+	return xid
+}
+
+// pid returns the host pid of container id's init.
+func (e *env) pid(t *testing.T, id string) int {
+	t.Helper()
+	out := e.ctrOK(t, "task", "ls")
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == id {
+			p, err := strconv.Atoi(f[1])
+			if err == nil {
+				return p
+			}
+		}
+	}
+	t.Fatalf("no task %s in\n%s", id, out)
+	return 0
+}
+
+// log returns containerd's log (the shims log into it).
+func (e *env) log(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.dir, "d", "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// waitLog waits until containerd's log matches re.
+func (e *env) waitLog(t *testing.T, re string) {
+	t.Helper()
+	r := regexp.MustCompile(re)
+	for i := 0; i < 100; i++ {
+		if r.MatchString(e.log(t)) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("containerd log never matched %q", re)
+}
+
+// uniq returns a container id unique to this run.
+func uniq(t *testing.T, s string) string {
+	return fmt.Sprintf("%s-%d", s, time.Now().UnixNano()%1000000)
+}
+
+func lines(s string) []string { return strings.Fields(strings.TrimSpace(s)) }

@@ -1,0 +1,243 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// kernelSets counts the semaphore sets the kernel holds in the container's
+// IPC namespace (/proc/sysvipc/sem less its header): 0 when the engine
+// serves them.
+const kernelSets = `echo kernel-sets=$(( $(wc -l < /proc/sysvipc/sem) - 1 ))`
+
+func want(t *testing.T, out string, re string) {
+	t.Helper()
+	if !regexp.MustCompile(re).MatchString(out) {
+		t.Fatalf("output does not match %q:\n%s", re, out)
+	}
+}
+
+// skipNoMsg skips a test when the message-queue engine is not wired into
+// the gateway yet (msgget answers ENOSYS).
+func skipNoMsg(t *testing.T, out string) {
+	t.Helper()
+	if strings.Contains(out, "ERR ENOSYS") {
+		t.Skip("message queues answer ENOSYS: msgengine is not wired into shim/gateway yet")
+	}
+}
+
+func TestSemaphoreServedByEngine(t *testing.T) {
+	e := need(t)
+	script := `ipct semget 0x1234 1 create; ipct setval 0x1234 0 5; ipct semop 0x1234 0 -2; ipct getval 0x1234 0; ` + kernelSets
+	out := e.run(t, uniq(t, "sem"), script, opts{})
+	want(t, out, `(?s)^0\nok\nok \d+\n3\nkernel-sets=0\n$`)
+	// The same under runc's shim: the kernel holds the set.
+	out = e.run(t, uniq(t, "semrunc"), script, opts{runtime: runtimeRunc})
+	want(t, out, `(?s)^0\nok\nok \d+\n3\nkernel-sets=1\n$`)
+}
+
+func TestDefaultSeccompProfile(t *testing.T) {
+	e := need(t)
+	out := e.run(t, uniq(t, "seccomp"), `ipct semget 0x1234 1 create; ipct semop 0x1234 0 1; ipct getval 0x1234 0; `+kernelSets,
+		opts{extra: []string{"--seccomp"}})
+	want(t, out, `(?s)^0\nok \d+\n1\nkernel-sets=0\n$`)
+}
+
+func TestIsolation(t *testing.T) {
+	e := need(t)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"separate-shims", nil},
+		// One shim process serving both (same group): still two
+		// IPC namespaces, two engine namespaces.
+		{"one-shim", []string{"--annotation", "io.containerd.runc.v2.group=iso-" + strconv.Itoa(os.Getpid())}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := uniq(t, "isoa"), uniq(t, "isob")
+			e.start(t, a, opts{extra: tc.extra})
+			e.start(t, b, opts{extra: tc.extra})
+			want(t, e.exec(t, a, `ipct semget 0x4242 1 create; ipct setval 0x4242 0 7`), `^0\nok\n$`)
+			// b sees no object with a's key, and cannot remove a's by id.
+			want(t, e.exec(t, b, `ipct semget 0x4242 1; ipct semrmid 0; true`), `^ERR ENOENT\nERR EINVAL\n$`)
+			// b makes its own with the same key: a different object.
+			want(t, e.exec(t, b, `ipct semget 0x4242 1 create; ipct getval 0x4242 0; ipct setval 0x4242 0 3; ipct semrm 0x4242`), `^0\n0\nok\nok\n$`)
+			want(t, e.exec(t, a, `ipct getval 0x4242 0`), `^7\n$`)
+		})
+	}
+}
+
+func TestPodPairSeparatePidNamespaces(t *testing.T) {
+	e := need(t)
+	group := []string{"--annotation", "io.containerd.runc.v2.group=pod-" + strconv.Itoa(os.Getpid())}
+	a, b := uniq(t, "poda"), uniq(t, "podb")
+	apid := e.start(t, a, opts{extra: group})
+	e.start(t, b, opts{extra: append(group, "--with-ns", "ipc:/proc/"+strconv.Itoa(apid)+"/ns/ipc")})
+
+	out := e.exec(t, a, `ipct semget 0x5151 2 create; ipct semop 0x5151 0 1`)
+	m := regexp.MustCompile(`^0\nok (\d+)\n$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("unexpected output:\n%s", out)
+	}
+	pidA := m[1]
+	// Same object from both; GETPID of a's process is 0 in b's pid
+	// namespace and the right pid in a's.
+	want(t, e.exec(t, b, `ipct getval 0x5151 0; ipct getpid 0x5151 0; `+kernelSets), `^1\n0\nkernel-sets=0\n$`)
+	want(t, e.exec(t, a, `ipct getpid 0x5151 0`), `^`+pidA+`\n$`)
+	// And the other way round, on semaphore 1.
+	out = e.exec(t, b, `ipct semop 0x5151 1 1`)
+	m = regexp.MustCompile(`^ok (\d+)\n$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("unexpected output:\n%s", out)
+	}
+	want(t, e.exec(t, b, `ipct getpid 0x5151 1`), `^`+m[1]+`\n$`)
+	want(t, e.exec(t, a, `ipct getpid 0x5151 1; ipct getval 0x5151 1`), `^0\n1\n$`)
+
+	// Deleting b keeps the namespace (a is in it); deleting a frees it.
+	e.stop(t, b)
+	want(t, e.exec(t, a, `ipct getval 0x5151 0`), `^1\n$`)
+	if regexp.MustCompile(`last container \(` + a + `\)`).MatchString(e.log(t)) {
+		t.Fatal("namespace freed while a was alive")
+	}
+	e.stop(t, a)
+	e.waitLog(t, `last container \(`+a+`\) deleted, engine namespace freed`)
+}
+
+func TestSemUndoAfterKill(t *testing.T) {
+	e := need(t)
+	a := uniq(t, "undo")
+	e.start(t, a, opts{})
+	want(t, e.exec(t, a, `ipct semget 0x7070 1 create; ipct setval 0x7070 0 1`), `^0\nok\n$`)
+	xid := e.execDetached(t, a, `exec ipct hold 0x7070 0`)
+	var out string
+	for i := 0; i < 50; i++ {
+		if out = e.exec(t, a, `ipct getval 0x7070 0`); out == "0\n" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out != "0\n" {
+		t.Fatalf("holder did not take the semaphore: %q", out)
+	}
+	e.ctrOK(t, "task", "kill", "--exec-id", xid, "-s", "SIGKILL", a)
+	for i := 0; i < 50; i++ {
+		if out = e.exec(t, a, `ipct getval 0x7070 0`); out == "1\n" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out != "1\n" {
+		t.Fatalf("SEM_UNDO not applied after kill -9: value %q", out)
+	}
+	// Stop and delete: the namespace is freed.
+	e.stop(t, a)
+	e.waitLog(t, `last container \(`+a+`\) deleted, engine namespace freed`)
+}
+
+func TestExecSharesContainerObjects(t *testing.T) {
+	e := need(t)
+	a := uniq(t, "exec")
+	e.start(t, a, opts{})
+	want(t, e.exec(t, a, `ipct semget 0x3131 1 create; ipct setval 0x3131 0 9`), `^0\nok\n$`)
+	want(t, e.exec(t, a, `ipct semget 0x3131 1; ipct getval 0x3131 0; `+kernelSets), `^0\n9\nkernel-sets=0\n$`)
+}
+
+func TestExecSharesContainerQueues(t *testing.T) {
+	e := need(t)
+	a := uniq(t, "execq")
+	e.start(t, a, opts{})
+	out, _ := e.ctrCmd(30*time.Second, "task", "exec", "--exec-id", "msg1", a, "/bin/sh", "-c", `ipct msgget 0x3132 create; ipct msgsnd 0x3132 1 hello`)
+	skipNoMsg(t, out)
+	want(t, out, `^0\nok\n$`)
+	want(t, e.exec(t, a, `ipct msgrcv 0x3132 1`), `^hello\n$`)
+}
+
+func TestSemaphoreAndQueueShared(t *testing.T) {
+	e := need(t)
+	script := `ipct semget 0x1111 1 create >/dev/null; ipct setval 0x1111 0 1 >/dev/null
+ipct msgget 0x2222 create >/dev/null && ipct msgsnd 0x2222 1 0 >/dev/null || { echo ERR ENOSYS; exit 0; }
+ipct worker 0x1111 0x2222 200 & ipct worker 0x1111 0x2222 200 & wait
+echo counter=$(ipct msgrcv 0x2222 1)`
+	out := e.run(t, uniq(t, "workers"), script, opts{})
+	skipNoMsg(t, out)
+	want(t, out, `counter=400\n$`)
+}
+
+func TestHostIPCNamespaceIsNotTrapped(t *testing.T) {
+	e := need(t)
+	const key = 0x6d6d01
+	// The test's own IPC namespace is the host's (the shim's).
+	hostNS := "ipc:/proc/" + strconv.Itoa(os.Getpid()) + "/ns/ipc"
+	out := e.run(t, uniq(t, "host"), `ipct semget 0x6d6d01 1 create excl`, opts{extra: []string{"--with-ns", hostNS}})
+	want(t, out, `^\d+\n$`)
+	r, _, errno := unix.Syscall(unix.SYS_SEMGET, key, 0, 0)
+	if errno != 0 {
+		t.Fatalf("the host kernel has no set with the key the container made: %v", errno)
+	}
+	unix.Syscall6(unix.SYS_SEMCTL, r, 0, 0 /* IPC_RMID */, 0, 0, 0)
+	if !strings.Contains(e.log(t), "host IPC namespace") {
+		t.Fatal("shim did not log the pass-through")
+	}
+}
+
+func TestRefuseProfileWithListener(t *testing.T) {
+	e := need(t)
+	prof := map[string]any{
+		"defaultAction": "SCMP_ACT_ALLOW",
+		"listenerPath":  "/run/someone-else.sock",
+		"syscalls":      []any{},
+	}
+	b, _ := json.Marshal(prof)
+	p := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := uniq(t, "refuse")
+	args := opts{extra: []string{"--seccomp", "--seccomp-profile", p}}.runArgs(e, id)
+	args = append([]string{args[0], "--rm"}, args[1:]...)
+	out, err := e.ctrCmd(30*time.Second, append(args, "/bin/true")...)
+	defer e.remove(id)
+	if err == nil {
+		t.Fatalf("container with a listenerPath profile ran:\n%s", out)
+	}
+	want(t, out, `already has a listenerPath \(/run/someone-else.sock\).*remove listenerPath from the profile, or run this container with runtime io.containerd.runc.v2`)
+}
+
+func TestSysctlLimits(t *testing.T) {
+	e := need(t)
+	// ctr has no --sysctl: write the spec with ctr's own generator, then
+	// add linux.sysctl.
+	id := uniq(t, "sysctl")
+	dump := filepath.Join(t.TempDir(), "config.json")
+	args := opts{}.runArgs(e, id+"-gen")
+	args = append([]string{args[0], "--rm", "--dump-config", dump}, args[1:]...)
+	e.ctrOK(t, append(args, "/bin/true")...)
+	var spec map[string]any
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	linux := spec["linux"].(map[string]any)
+	linux["sysctl"] = map[string]string{"kernel.sem": "5 40 8 2", "kernel.msgmni": "3"}
+	spec["process"].(map[string]any)["args"] = []string{"/bin/sh", "-c",
+		`cat /proc/sys/kernel/sem; ipct semget 0x1 6 create; ipct semget 0x1 5 create; ipct semget 0x2 5 create; ipct semget 0x3 5 create; true`}
+	b, _ = json.Marshal(spec)
+	if err := os.WriteFile(dump, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := e.ctrOK(t, "run", "--rm", "--config", dump, "--runtime", runtimeIPC, id)
+	want(t, out, `^5\s+40\s+8\s+2\nERR EINVAL\n0\n1\nERR ENOSPC\n$`)
+	want(t, e.log(t), `IPC namespace \d+: new engine namespace for container `+id+`, limits sem=5 40 8 2 msgmax=8192 msgmnb=16384 msgmni=3`)
+}

@@ -1,0 +1,119 @@
+package spec
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func withIPC(sc *specs.LinuxSeccomp) *specs.Spec {
+	return &specs.Spec{Linux: &specs.Linux{
+		Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}},
+		Seccomp:    sc,
+	}}
+}
+
+func notifyRule(sc *specs.LinuxSeccomp) *specs.LinuxSyscall {
+	for i := range sc.Syscalls {
+		if sc.Syscalls[i].Action == specs.ActNotify {
+			return &sc.Syscalls[i]
+		}
+	}
+	return nil
+}
+
+func TestNoProfile(t *testing.T) {
+	s := withIPC(nil)
+	p, err := Patch(s, "/run/x.sock")
+	if err != nil || !p.Trapped {
+		t.Fatal(p, err)
+	}
+	sc := s.Linux.Seccomp
+	if sc.DefaultAction != specs.ActAllow || sc.ListenerPath != "/run/x.sock" {
+		t.Fatalf("%+v", sc)
+	}
+	if r := notifyRule(sc); r == nil || !slices.Equal(r.Names, Syscalls) {
+		t.Fatalf("%+v", sc.Syscalls)
+	}
+}
+
+func TestHostIPCUntouched(t *testing.T) {
+	s := &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}}}}
+	p, err := Patch(s, "/run/x.sock")
+	if err != nil || p.Trapped || s.Linux.Seccomp != nil {
+		t.Fatal(p, err, s.Linux.Seccomp)
+	}
+	s = &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.IPCNamespace, Path: "/proc/self/ns/ipc"}}}}
+	if p, err = Patch(s, "/run/x.sock"); err != nil || p.Trapped {
+		t.Fatal("joining the shim's own IPC namespace must be pass-through", p, err)
+	}
+}
+
+func TestAllowListProfile(t *testing.T) {
+	// Docker/containerd style: deny by default, allow list.
+	sc := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: []specs.LinuxSyscall{
+		{Names: []string{"read", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv", "write"}, Action: specs.ActAllow},
+		{Names: []string{"msgctl"}, Action: specs.ActErrno},
+	}}
+	s := withIPC(sc)
+	p, err := Patch(s, "/run/x.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv"}
+	if !slices.Equal(p.Notified, want) {
+		t.Fatalf("notified %v", p.Notified)
+	}
+	if !slices.Equal(sc.Syscalls[0].Names, []string{"read", "write"}) {
+		t.Fatalf("allow rule kept IPC calls: %v", sc.Syscalls[0].Names)
+	}
+	if sc.Syscalls[1].Names[0] != "msgctl" || sc.Syscalls[1].Action != specs.ActErrno {
+		t.Fatal("deny rule lost")
+	}
+	if r := notifyRule(sc); r == nil || !slices.Equal(r.Names, want) {
+		t.Fatalf("%+v", sc.Syscalls)
+	}
+}
+
+func TestDenyByDefaultWithoutAllow(t *testing.T) {
+	sc := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow}}}
+	p, err := Patch(withIPC(sc), "/run/x.sock")
+	if err != nil || p.Trapped || sc.ListenerPath != "" {
+		t.Fatal("a profile refusing every IPC call needs no listener", p, err)
+	}
+}
+
+func TestRefuseListener(t *testing.T) {
+	_, err := Patch(withIPC(&specs.LinuxSeccomp{DefaultAction: specs.ActAllow, ListenerPath: "/run/other.sock"}), "/run/x.sock")
+	var se *Error
+	if !errors.As(err, &se) || !strings.Contains(se.Msg, "/run/other.sock") {
+		t.Fatal(err)
+	}
+	_, err = Patch(withIPC(&specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Syscalls: []specs.LinuxSyscall{{Names: []string{"semop"}, Action: specs.ActNotify}}}), "/run/x.sock")
+	if !errors.As(err, &se) {
+		t.Fatal(err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	s := withIPC(nil)
+	s.Linux.Sysctl = map[string]string{"kernel.sem": "250 32000 32 128", "kernel.msgmax": "100", "kernel.msgmnb": "2000", "kernel.msgmni": "7", "net.ipv4.ip_forward": "1"}
+	p, err := Patch(s, "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Limits
+	if l.SemMSL != 250 || l.SemMNS != 32000 || l.SemOPM != 32 || l.SemMNI != 128 || l.MsgMax != 100 || l.MsgMNB != 2000 || l.MsgMNI != 7 {
+		t.Fatalf("%+v", l)
+	}
+	for _, bad := range []map[string]string{{"kernel.sem": "1 2 3"}, {"kernel.msgmni": "-1"}, {"kernel.msgmax": "x"}, {"kernel.msgmni": "40000"}} {
+		s := withIPC(nil)
+		s.Linux.Sysctl = bad
+		if _, err := Patch(s, "/x"); err == nil {
+			t.Fatalf("%v accepted", bad)
+		}
+	}
+}
