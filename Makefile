@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test test-race bench vet fmt deps
+.PHONY: all build test test-race bench vet fmt deps shim demo integration integration-deps
 
 all: build
 
@@ -18,7 +18,10 @@ fmt:
 # The test command of the README: everything a fresh Debian machine needs,
 # then vet, unit and differential tests (the kernel is the oracle: they
 # need root for unshare(CLONE_NEWIPC)), and the race detector.
-test: deps vet
+# The integration tests (integration/) run the shim under a real containerd
+# and runc (integration-deps installs them); they skip without root and in
+# -short mode.
+test: deps integration-deps vet
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -race -short $(PKGS)
 
@@ -27,3 +30,19 @@ bench:
 
 deps:
 	@scripts/install-deps.sh
+
+# The shim binary containerd runs for runtime type io.containerd.ipc.v2.
+shim:
+	$(GO) build -o build/bin/containerd-shim-ipc-v2 ./cmd/containerd-shim-ipc-v2
+
+# runc and busybox-static (apt), containerd + ctr from the Go module proxy.
+integration-deps:
+	@scripts/install-runtime-deps.sh
+
+integration: integration-deps
+	$(GO) test -count=1 -v ./integration/
+
+# The README's main command: a private containerd running a container whose
+# processes share a semaphore and a message queue under the shim.
+demo: deps integration-deps shim
+	@scripts/demo.sh

@@ -52,6 +52,10 @@ func need(t *testing.T) *env {
 }
 
 func setup() {
+	if testing.Short() {
+		skipWhy = "skipped in -short mode (they start containerd and containers)"
+		return
+	}
 	if os.Geteuid() != 0 {
 		skipWhy = "needs root (containerd, runc and seccomp listeners); run `sudo make test`"
 		return

@@ -10,8 +10,9 @@ command -v runc >/dev/null 2>&1 || missing+=(runc)
 [ -x /bin/busybox ] || command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "install-runtime-deps: need root to apt-get install ${missing[*]}" >&2
-    exit 1
+    # Not fatal: the integration tests skip without root anyway.
+    echo "install-runtime-deps: need root to apt-get install ${missing[*]}; skipping" >&2
+    exit 0
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
