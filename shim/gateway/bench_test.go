@@ -208,6 +208,6 @@ func BenchmarkReadMem24(b *testing.B) {
 
 func logStats(tb testing.TB, g *gateway.Gateway) {
 	s := &g.Stats
-	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d refused=%d unconfirmed=%d plain=%d",
-		s.Interrupted.Load(), s.Restarts.Load(), s.Resumed.Load(), s.Refused.Load(), s.Unconfirmed.Load(), s.Plain.Load())
+	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d refused=%d repeats=%d unconfirmed=%d plain=%d",
+		s.Interrupted.Load(), s.Restarts.Load(), s.Resumed.Load(), s.Refused.Load(), s.Repeats.Load(), s.Unconfirmed.Load(), s.Plain.Load())
 }

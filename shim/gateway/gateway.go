@@ -47,8 +47,9 @@ type Request struct {
 	g       *Gateway
 	replied atomic.Bool
 	// delivered is set once an answer was accepted by the kernel (for
-	// Deliver: taken by the task).
-	delivered atomic.Bool
+	// Deliver: taken by the task); succeeded if that answer was not an
+	// error.
+	delivered, succeeded atomic.Bool
 
 	// The fields below are used once the call is blocked (Block).
 	cancel context.CancelFunc
@@ -91,6 +92,7 @@ func (r *Request) Reply(val int64, err error) bool {
 	}
 	if serr == nil {
 		r.delivered.Store(true)
+		r.succeeded.Store(errno == 0)
 	}
 	return serr == nil
 }
@@ -116,10 +118,12 @@ func (r *Request) Deliver() bool {
 		switch {
 		case err == nil:
 			r.delivered.Store(true)
+			r.succeeded.Store(true)
 			return true
 		case errors.Is(err, seccompnotify.ErrUnconfirmed):
 			r.g.Stats.Unconfirmed.Add(1)
 			r.delivered.Store(true)
+			r.succeeded.Store(true)
 			return true
 		case seccompnotify.IsGone(err):
 			r.g.Stats.Refused.Add(1)
@@ -130,10 +134,11 @@ func (r *Request) Deliver() bool {
 	// No fd 0 in the task (or the confirmed reply failed without
 	// queueing anything): a plain reply, exact except in the window.
 	r.g.Stats.Plain.Add(1)
-	if r.l.Reply(r.Notif.ID, 0, 0) != nil {
+	if err := r.l.Reply(r.Notif.ID, 0, 0); err != nil {
 		return false
 	}
 	r.delivered.Store(true)
+	r.succeeded.Store(true)
 	return true
 }
 
@@ -268,6 +273,12 @@ type Stats struct {
 	// Unconfirmed counts exact deliveries whose confirmation was lost to
 	// a signal on the gateway's own thread.
 	Unconfirmed atomic.Int64
+	// Repeats counts calls identical to the same thread's previous call
+	// (number, arguments, instruction pointer) when that one had been
+	// answered with success. For a program that never repeats a
+	// successful call (the torture test's), each is a kernel restart after an answer was accepted
+	// and then discarded: with a plain SEND, a lost or doubled effect.
+	Repeats atomic.Int64
 	// Plain counts deliveries that fell back to a plain SEND (the task
 	// had no fd 0).
 	Plain atomic.Int64
@@ -414,7 +425,13 @@ func (g *Gateway) restart(r *Request) bool {
 	t.callMu.Lock()
 	in := t.intr
 	t.intr = nil
+	last := t.last
+	t.last = r
 	t.callMu.Unlock()
+	if last != nil && last.succeeded.Load() && last.Sysno == r.Sysno && r.Notif.Data.Args == last.Notif.Data.Args &&
+		r.Notif.Data.InstructionPointer == last.Notif.Data.InstructionPointer {
+		g.Stats.Repeats.Add(1)
+	}
 	if in == nil || !in.matches(&r.Notif.Data) || (!in.stopped && time.Since(in.at) > g.RestartWindow) {
 		return false
 	}

@@ -56,6 +56,17 @@ func uitoa(v uint64) string {
 	}
 }
 
+// Namespaces returns the kernel IPC namespace inodes that have an engine.
+func (e *Engines) Namespaces() []uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	inos := make([]uint64, 0, len(e.sems))
+	for ino := range e.sems {
+		inos = append(inos, ino)
+	}
+	return inos
+}
+
 // Exit applies the SEM_UNDO adjustments of pid in every namespace.
 func (e *Engines) Exit(pid *ipcns.Pid) {
 	e.mu.Lock()

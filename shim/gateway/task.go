@@ -51,6 +51,7 @@ type Task struct {
 	callMu  sync.Mutex
 	blocked *Request      // the thread's blocked call, if any
 	intr    *interruption // its last interrupted blocked call, until its next call
+	last    *Request      // its previous call, for Stats.Repeats
 }
 
 // dupFD0 returns a duplicate of the task's fd 0 (pidfd_getfd), or an

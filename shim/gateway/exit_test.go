@@ -1,0 +1,109 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
+)
+
+// TestExitUndo: a process takes SEM_UNDO units in its IPC namespace and in
+// a second one (unshare), then is killed. Its adjustments must be applied
+// in both engines after its exit, as the kernel applies them in both of
+// its namespaces; the delay from the exit (wait returned) to the last
+// adjustment is logged (the bound is 100 ms). The same program is
+// checked natively first.
+func TestExitUndo(t *testing.T) {
+	bin := buildC(t, "testdata/undoprog.c")
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	// Native oracle: the values seen by the process itself.
+	nat := harness.NativeCommand(bin)
+	nout, _ := nat.StdoutPipe()
+	if err := nat.Start(); err != nil {
+		t.Skip(err)
+	}
+	nline, _ := bufio.NewReader(nout).ReadString('\n')
+	nat.Process.Kill()
+	nat.Wait()
+	if !strings.HasPrefix(nline, "ready 3 2") {
+		t.Skipf("native run: %q (needs CAP_SYS_ADMIN)", nline)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng := gateway.NewEngines()
+	g, err := gateway.New(ctx, eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Logf = t.Logf
+	srv, err := listener.Listen(filepath.Join(t.TempDir(), "l.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ctx, func(ctx context.Context, m *listener.Message) error {
+		l, err := seccompnotify.New(m.SeccompFile())
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		return g.Serve(ctx, l)
+	})
+	for _, kill := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		cmd := harness.Command(srv.Addr(), bin)
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		if line != nline {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("trapped %q, native %q", line, nline)
+		}
+		cmd.Process.Signal(kill)
+		cmd.Wait()
+		exited := time.Now()
+		inos := eng.Namespaces()
+		if len(inos) < 2 {
+			t.Fatalf("%d namespaces served, want 2", len(inos))
+		}
+		for {
+			done := 0
+			for _, ino := range inos {
+				e := eng.Sem(ino)
+				id, err := e.Semget(&ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}, 0x55, 1, 0)
+				if err != nil {
+					t.Fatalf("ns %d: %v", ino, err)
+				}
+				v, err := e.Get(&ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}, id, 0, semengine.GetVal)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v == 5 {
+					done++
+				}
+			}
+			if done == len(inos) {
+				t.Logf("%v: SEM_UNDO applied in %d namespaces %v after the exit", kill, len(inos), time.Since(exited))
+				break
+			}
+			if time.Since(exited) > 10*time.Second {
+				t.Fatalf("%v: SEM_UNDO not applied in all namespaces after 10s", kill)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}

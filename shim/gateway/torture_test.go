@@ -1,0 +1,57 @@
+package gateway_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+)
+
+// invariants returns the "invariants:" line of torture's output.
+func invariants(t *testing.T, out []byte) string {
+	t.Helper()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "invariants:") {
+			return l
+		}
+	}
+	t.Fatalf("no invariants in %q", out)
+	return ""
+}
+
+// TestTorture runs testdata/torture.c: workers lock and unlock a SEM_UNDO
+// mutex while being signalled (SA_RESTART and not), stopped and
+// continued, and killed. The invariants (mutual exclusion, final value 1,
+// no starvation from a lost unit) must hold natively and under the
+// gateway, with exact delivery and, to measure the kernel's window, with
+// a plain SEND.
+func TestTorture(t *testing.T) {
+	bin := buildC(t, "testdata/torture.c")
+	args := []string{bin, "6", "3000", "7"}
+	if testing.Short() {
+		args[2] = "800"
+	}
+	native, err := harness.NativeCommand(args...).Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	want := invariants(t, native)
+	t.Logf("native:  %s", strings.TrimSpace(strings.ReplaceAll(string(native), "\n", " | ")))
+	for _, exact := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exact=%v", exact), func(t *testing.T) {
+			out, g := serveWith(t, gateway.NewEngines(), func(g *gateway.Gateway) { g.ExactDelivery = exact }, args...)
+			t.Logf("trapped: %s", strings.TrimSpace(strings.ReplaceAll(string(out), "\n", " | ")))
+			logStats(t, g)
+			got := invariants(t, out)
+			if exact && got != want {
+				t.Errorf("invariants differ:\n native  %s\n trapped %s", want, got)
+			}
+			if !exact && got != want {
+				// A plain SEND is not exact: report, do not fail.
+				t.Logf("plain SEND broke an invariant (the kernel's window): %s", got)
+			}
+		})
+	}
+}
