@@ -139,7 +139,10 @@ func usage() {
   semrmid ID | semrm KEY
   msgget KEY [create] [excl]         print the queue's id
   msgsnd KEY TYPE TEXT | msgrcv KEY TYPE [nowait] | msgrm KEY | msgqnum KEY
+  semloop KEY N [undo]               N semop -1/+1 pairs; print ns per pair
+  pingpong KEY N ping|pong           msg round trips; ping prints ns per trip
   pid                                print the caller's pid
+  now                                print the time in ns since the epoch
   worker SEMKEY MSGKEY N             N times: lock, take the counter from the
                                      queue, put it back plus one, unlock
 `)
@@ -278,8 +281,58 @@ func main() {
 		}
 		// msg_qnum follows ipc64_perm (48), stime, rtime, ctime (24), cbytes (8).
 		fmt.Println(*(*uint64)(unsafe.Pointer(&ds[80])))
+	case "semloop":
+		// N times semop -1 then +1 (with SEM_UNDO if asked), print the
+		// mean time of one pair in ns.
+		need(2)
+		id, n := semKey(a[0]), int(num(a[1]))
+		flg := int16(0)
+		if has(a, "undo") {
+			flg = semUndo
+		}
+		down, up := []sembuf{{0, -1, flg}}, []sembuf{{0, 1, flg}}
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			if err := semop(id, down); err != nil {
+				die(err)
+			}
+			if err := semop(id, up); err != nil {
+				die(err)
+			}
+		}
+		fmt.Println(time.Since(t0).Nanoseconds() / int64(n))
+	case "pingpong":
+		// pingpong KEY N ping|pong: N round trips of an 8-byte message
+		// (type 1 one way, type 2 back); ping prints ns per round trip.
+		need(3)
+		id, n := msgKey(a[0]), int(num(a[1]))
+		in, out := int64(2), int64(1)
+		if a[2] == "pong" {
+			in, out = 1, 2
+		}
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			if a[2] == "ping" {
+				if err := msgsnd(id, out, "12345678", 0); err != nil {
+					die(err)
+				}
+			}
+			if _, _, err := msgrcv(id, in, 0); err != nil {
+				die(err)
+			}
+			if a[2] == "pong" {
+				if err := msgsnd(id, out, "12345678", 0); err != nil {
+					die(err)
+				}
+			}
+		}
+		if a[2] == "ping" {
+			fmt.Println(time.Since(t0).Nanoseconds() / int64(n))
+		}
 	case "pid":
 		fmt.Println(os.Getpid())
+	case "now":
+		fmt.Println(time.Now().UnixNano())
 	case "worker":
 		need(3)
 		sid, qid, n := semKey(a[0]), msgKey(a[1]), int(num(a[2]))

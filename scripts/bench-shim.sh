@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The same IPC workload in a container under io.containerd.runc.v2 (kernel
+# IPC) and under io.containerd.ipc.v2 (this shim), one run each, under a
+# private containerd. Prints a markdown table (docs/bench-shim.md).
+#   N=20000 scripts/bench-shim.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+[ "$(id -u)" = 0 ] || { echo "bench: needs root" >&2; exit 1; }
+N=${N:-20000}
+STARTS=${STARTS:-7}
+tmp=$(mktemp -d /tmp/shim-ipc-bench.XXXXXX)
+cleanup() { SHIM_BIN="$root/build/bin" scripts/containerd-env.sh stop "$tmp/d" || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+scripts/make-rootfs.sh "$tmp/rootfs"
+eval "$(SHIM_BIN="$root/build/bin" scripts/containerd-env.sh start "$tmp/d")"
+ctr="$CTR -a $CONTAINERD_ADDRESS -n bench"
+run() { # runtime id script
+  $ctr run --rm --env PATH=/bin --runtime "$1" --rootfs "$tmp/rootfs" "$2" /bin/sh -c "$3" 2>/dev/null
+}
+script="
+ipct semget 1 1 create >/dev/null; ipct setval 1 0 1 >/dev/null
+echo one=\$(ipct semloop 1 $N)
+echo undo=\$(ipct semloop 1 $N undo)
+t0=\$(ipct now)
+ipct semloop 1 $N >/dev/null & ipct semloop 1 $N >/dev/null & wait
+echo two=\$(( (\$(ipct now) - t0) / 1000000 ))
+if ipct msgget 2 create >/dev/null 2>&1; then
+  ipct pingpong 2 $((N/4)) pong & echo ping=\$(ipct pingpong 2 $((N/4)) ping); wait
+else echo ping=ENOSYS; fi
+"
+declare -A R
+for rt in io.containerd.runc.v2 io.containerd.ipc.v2; do
+  out=$(run $rt "b-${rt//./-}" "$script" || true)
+  while IFS='=' read -r k v; do R[$rt.$k]=$v; done <<<"$out"
+  ts=()
+  for i in $(seq "$STARTS"); do
+    t0=$(date +%s%N); run $rt "s$i-${rt//./-}" true; ts+=($(( ($(date +%s%N) - t0) / 1000000 )))
+  done
+  R[$rt.start]=$(printf '%s\n' "${ts[@]}" | sort -n | sed -n "$(( (STARTS+1)/2 ))p")
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.1fx", b/a; else print "-" }'; }
+r=io.containerd.runc.v2 i=io.containerd.ipc.v2
+echo "| workload (N=$N) | runc shim (kernel) | ipc shim | ratio |"
+echo "|---|---|---|---|"
+echo "| semop -1/+1 pair, 1 process | ${R[$r.one]} ns | ${R[$i.one]} ns | $(ratio ${R[$r.one]} ${R[$i.one]}) |"
+echo "| same with SEM_UNDO | ${R[$r.undo]} ns | ${R[$i.undo]} ns | $(ratio ${R[$r.undo]} ${R[$i.undo]}) |"
+echo "| 2 processes lock/unlock, N pairs each | ${R[$r.two]} ms | ${R[$i.two]} ms | $(ratio ${R[$r.two]} ${R[$i.two]}) |"
+echo "| msgsnd/msgrcv ping-pong, 8 bytes, per round trip | ${R[$r.ping]} ns | ${R[$i.ping]} ns | $(ratio ${R[$r.ping]} ${R[$i.ping]}) |"
+echo "| container start (ctr run --rm true, median of $STARTS) | ${R[$r.start]} ms | ${R[$i.start]} ms | $(ratio ${R[$r.start]} ${R[$i.start]}) |"
