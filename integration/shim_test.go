@@ -241,3 +241,21 @@ func TestSysctlLimits(t *testing.T) {
 	want(t, out, `^5\s+40\s+8\s+2\nERR EINVAL\n0\n1\nERR ENOSPC\n$`)
 	want(t, e.log(t), `IPC namespace \d+: new engine namespace for container `+id+`, limits sem=5 40 8 2 msgmax=8192 msgmnb=16384 msgmni=3`)
 }
+
+// A container joining the IPC namespace of a container served by another
+// shim process would see other objects: it is refused, saying how to
+// group them.
+func TestRefuseJoinAcrossShims(t *testing.T) {
+	e := need(t)
+	a := uniq(t, "xa")
+	apid := e.start(t, a, opts{})
+	id := uniq(t, "xb")
+	args := opts{extra: []string{"--with-ns", "ipc:/proc/" + strconv.Itoa(apid) + "/ns/ipc"}}.runArgs(e, id)
+	args = append([]string{args[0], "--rm"}, args[1:]...)
+	out, err := e.ctrCmd(30*time.Second, append(args, "/bin/true")...)
+	defer e.remove(id)
+	if err == nil {
+		t.Fatalf("container joining another shim's IPC namespace ran:\n%s", out)
+	}
+	want(t, out, `which this shim process does not serve.*io.containerd.runc.v2.group=`)
+}

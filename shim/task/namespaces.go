@@ -119,6 +119,14 @@ func (n *Namespaces) Remove(id string) uint64 {
 	return m.ino
 }
 
+// Known reports whether kernel IPC namespace ino has an engine namespace
+// in this shim.
+func (n *Namespaces) Known(ino uint64) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.byIno[ino] != nil
+}
+
 // Len returns the number of live engine namespaces.
 func (n *Namespaces) Len() int {
 	n.mu.RLock()

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
@@ -23,6 +22,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
+	"golang.org/x/sys/unix"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
@@ -74,20 +74,13 @@ func (s *Service) RegisterTTRPC(server *ttrpc.Server) error {
 	return nil
 }
 
-// SocketPath returns the path of the shim's listenerPath socket: next to
-// the shim's ttrpc socket (in containerd's socket directory, which it
-// cleans), or under /run/containerd-shim-ipc when that path would be too
-// long for a unix socket.
+// SocketPath returns the path of the shim's listenerPath socket,
+// /run/containerd-shim-ipc/<hash of the shim's working directory>.sock:
+// the shim starts in its first container's bundle, unique per shim
+// process, and a bundle path is too long for a unix socket's 108 bytes.
 func SocketPath() string {
-	addr, err := shim.ReadAddress("address")
-	if err == nil {
-		p := strings.TrimPrefix(addr, "unix://")
-		if len(p)+4 < 100 && strings.HasPrefix(p, "/") {
-			return p + ".ipc"
-		}
-	}
 	cwd, _ := os.Getwd()
-	h := sha256.Sum256([]byte(addr + "\x00" + cwd))
+	h := sha256.Sum256([]byte(cwd))
 	return filepath.Join("/run/containerd-shim-ipc", hex.EncodeToString(h[:12])+".sock")
 }
 
@@ -174,6 +167,22 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if err != nil {
 		lg.WithError(err).Error("container refused")
 		return nil, refuse(err)
+	}
+	if plan.Trapped && plan.IPCPath != "" {
+		// Joining another container's IPC namespace: its objects must be
+		// in this shim's engines, or the two would see different ones.
+		var st unix.Stat_t
+		if err := unix.Stat(plan.IPCPath, &st); err != nil {
+			return nil, refuse(fmt.Errorf("the IPC namespace to join, %s: %w", plan.IPCPath, err))
+		}
+		if !s.ns.Known(st.Ino) {
+			err := &spec.Error{Msg: fmt.Sprintf("the container joins the IPC namespace %s, which this shim process does not serve: "+
+				"its System V objects live in another shim process (or in the kernel, for a container of another runtime). "+
+				"Run both containers in one shim group: the same pod, or the annotation io.containerd.runc.v2.group=<name> on both, "+
+				"with runtime io.containerd.ipc.v2", plan.IPCPath)}
+			lg.WithError(err).Error("container refused")
+			return nil, refuse(err)
+		}
 	}
 	if plan.Trapped {
 		if err := s.listen(); err != nil {
