@@ -19,9 +19,12 @@ const (
 	SysMsgsnd
 	SysMsgrcv
 	SysMsgctl
+	// SysNSChange is unshare or setns: not served, but a sign that the
+	// thread's IPC namespace may change (see Gateway.NSCallsTrapped).
+	SysNSChange
 )
 
-var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl"}
+var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "unshare/setns"}
 
 // String returns the call's name.
 func (s Sysno) String() string {
@@ -45,7 +48,7 @@ const (
 	Refuse
 	// Continue: let the kernel run the call (ipc(2)'s shm sub-calls,
 	// which the shim does not emulate and the filter had to trap along
-	// with the rest of ipc(2)).
+	// with the rest of ipc(2); unshare and setns, after noting them).
 	Continue
 )
 
@@ -88,6 +91,8 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			return SysMsgrcv, Serve
 		case unix.SYS_MSGCTL:
 			return SysMsgctl, Serve
+		case unix.SYS_UNSHARE, unix.SYS_SETNS:
+			return SysNSChange, Continue
 		}
 	case archAArch64:
 		// include/uapi/asm-generic/unistd.h
@@ -108,8 +113,13 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			return SysSemtimedop, Serve
 		case 193:
 			return SysSemop, Serve
+		case 97, 268: // unshare, setns
+			return SysNSChange, Continue
 		}
 	case archI386:
+		if d.Nr == 310 || d.Nr == 346 { // unshare, setns
+			return SysNSChange, Continue
+		}
 		if d.Nr == i386IPC {
 			// ipc(call, ...): SHMAT 21, SHMDT 22, SHMGET 23, SHMCTL 24;
 			// the high 16 bits of call are a version.

@@ -43,7 +43,7 @@ func semLoop(n int) (int64, error) {
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		for j := range ops {
-			if _, _, errno := unix.Syscall6(unix.SYS_SEMTIMEDOP, id, uintptr(unsafe.Pointer(&ops[j])), 1, 0, 0, 0); errno != 0 {
+			if _, _, errno := unix.RawSyscall6(unix.SYS_SEMTIMEDOP, id, uintptr(unsafe.Pointer(&ops[j])), 1, 0, 0, 0); errno != 0 {
 				return 0, fmt.Errorf("semtimedop: %v", errno)
 			}
 		}
@@ -62,16 +62,21 @@ func childNs(b *testing.B, out []byte) float64 {
 // BenchmarkGatewayNull: a trapped semget answered 0 by the Null handler
 // after identification; ns/call is measured by the child.
 func BenchmarkGatewayNull(b *testing.B) {
-	out := serve(b, gateway.Null{}, "go:calls", strconv.Itoa(max(b.N, 1000)), strconv.Itoa(unix.SYS_SEMGET))
-	b.ReportMetric(childNs(b, out), "ns/call")
+	for _, trapped := range []bool{true, false} {
+		b.Run(fmt.Sprintf("nscache=%v", trapped), func(b *testing.B) {
+			out, _ := serveWith(b, gateway.Null{}, func(g *gateway.Gateway) { g.NSCallsTrapped = trapped },
+				"go:calls", strconv.Itoa(max(b.N, 1000)), strconv.Itoa(unix.SYS_SEMGET))
+			b.ReportMetric(childNs(b, out), "ns/call")
+		})
+	}
 }
 
 // BenchmarkGatewaySemop: a trapped lock/unlock pair served by semengine,
 // with exact (ADDFD-confirmed) delivery of successes and with plain SEND.
 func BenchmarkGatewaySemop(b *testing.B) {
-	for _, exact := range []bool{true, false} {
-		b.Run(fmt.Sprintf("exact=%v", exact), func(b *testing.B) {
-			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.ExactDelivery = exact },
+	for _, c := range []struct{ exact, nscache bool }{{true, true}, {false, true}, {true, false}, {false, false}} {
+		b.Run(fmt.Sprintf("exact=%v/nscache=%v", c.exact, c.nscache), func(b *testing.B) {
+			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.ExactDelivery, g.NSCallsTrapped = c.exact, c.nscache },
 				"go:semloop", strconv.Itoa(max(b.N, 1000)))
 			logStats(b, g)
 			b.ReportMetric(childNs(b, out)/2, "ns/call")

@@ -49,6 +49,7 @@ func TestExitUndo(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Logf = t.Logf
+	g.NSCallsTrapped = true
 	srv, err := listener.Listen(filepath.Join(t.TempDir(), "l.sock"))
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,10 @@ type Request struct {
 	// error.
 	delivered, succeeded atomic.Bool
 
+	// cached: Task came from the cache, alive and unchanged when this
+	// notification was already pending, so the notification is its.
+	cached bool
+
 	// The fields below are used once the call is blocked (Block).
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the blocked call has finished
@@ -69,6 +73,13 @@ func (r *Request) Arg(i int) uint64 { return r.Notif.Data.Args[i] }
 // caller still waits, so everything bound to its tid is its. An error
 // means the task left (a signal or death); do not act for it.
 func (r *Request) Valid() error { return r.l.IDValid(r.Notif.ID) }
+
+// Bound reports that the notification is known to be the Task's without
+// an ID_VALID: the Task was cached and found alive and unchanged after the
+// notification was received, so its tid could not have been reused. A
+// handler whose effect is undone when the answer is not taken (Deliver)
+// may then skip Valid.
+func (r *Request) Bound() bool { return r.cached }
 
 // Reply answers the call with val, or with err if it is not nil (a
 // syscall.Errno; any other error is logged and answered with EIO). Only
@@ -292,6 +303,11 @@ type Gateway struct {
 	// with ID_VALID (default 10ms): the delay before a signalled task's
 	// waiter is cancelled in the engine.
 	PollInterval time.Duration
+	// NSCallsTrapped says that the filter traps unshare and setns (as
+	// ipcfilter's does): the thread's IPC namespace is then cached and
+	// reread only after one of them, instead of on every call. Set it
+	// before Serve.
+	NSCallsTrapped bool
 	// SyncWakeUp asks for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on each
 	// listener (default true; ignored where the kernel lacks it).
 	SyncWakeUp bool
@@ -357,6 +373,9 @@ func (g *Gateway) logf(format string, args ...any) {
 // Serve serves l until its filter has no users left or ctx is cancelled;
 // it returns like seccompnotify.Listener.Serve, and does not close l.
 func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
+	if g.NSCallsTrapped {
+		g.res.CheckIPCNS = false
+	}
 	if g.SyncWakeUp {
 		if err := l.SetSyncWakeUp(); err != nil {
 			g.logf("gateway: %v", err)
@@ -372,6 +391,11 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 	sys, verdict := Decode(&n.Data)
 	switch verdict {
 	case Continue:
+		if sys == SysNSChange && n.Pid != 0 {
+			// The thread may move to another IPC namespace: reread it
+			// at its next call. Safe to CONTINUE: no pointer argument.
+			g.res.Forget(int(n.Pid))
+		}
 		_ = l.Continue(n.ID)
 		return
 	case Refuse:
@@ -385,7 +409,7 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 		_ = l.Reply(n.ID, 0, unix.EPERM)
 		return
 	}
-	t, err := g.res.Resolve(int(n.Pid))
+	t, hit, err := g.res.resolve(int(n.Pid))
 	if err != nil {
 		if !errors.Is(err, ErrTaskGone) {
 			g.logf("gateway: identify tid %d: %v", n.Pid, err)
@@ -393,7 +417,7 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 		_ = l.Reply(n.ID, 0, unix.ESRCH)
 		return
 	}
-	r := &Request{Notif: n, Sysno: sys, Task: t, l: l, g: g}
+	r := &Request{Notif: n, Sysno: sys, Task: t, l: l, g: g, cached: hit}
 	if g.restart(r) {
 		return
 	}

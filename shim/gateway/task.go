@@ -142,20 +142,38 @@ func NewResolver(onExit func(*ipcns.Pid)) (*Resolver, error) {
 // and the namespace links. The caller must still check the notification
 // with ID_VALID before acting (see Task).
 func (r *Resolver) Resolve(tid int) (*Task, error) {
+	t, _, err := r.resolve(tid)
+	return t, err
+}
+
+// resolve is Resolve, also reporting whether the Task came from the cache.
+func (r *Resolver) resolve(tid int) (*Task, bool, error) {
 	r.mu.Lock()
 	t := r.threads[tid]
 	r.mu.Unlock()
 	if t != nil {
 		ok, err := r.fresh(t)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if ok {
-			return t, nil
+			return t, true, nil
 		}
 		r.drop(t)
 	}
-	return r.build(tid)
+	t, err := r.build(tid)
+	return t, false, err
+}
+
+// Forget drops the cached Task of thread tid, if any: its next call
+// rebuilds it (used when the thread may have changed namespace).
+func (r *Resolver) Forget(tid int) {
+	r.mu.Lock()
+	t := r.threads[tid]
+	r.mu.Unlock()
+	if t != nil {
+		r.drop(t)
+	}
 }
 
 // fresh reports whether cached t still describes thread t.Tid.
