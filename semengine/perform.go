@@ -1,7 +1,6 @@
 package semengine
 
 import (
-	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/undo"
@@ -65,24 +64,20 @@ func (s *Set) revert(sops []Sembuf, un *undo.Entry) {
 	}
 }
 
-// pidSaver remembers the sempids an operation overwrote, so that a
-// completed operation whose result cannot be delivered is rolled back
-// exactly.
-type pidSaver struct {
-	fixed [8]*ipcns.Pid
-	pids  []*ipcns.Pid
-}
-
-func (p *pidSaver) save(s *Set, sops []Sembuf) {
-	p.pids = p.fixed[:0]
+// savePids appends to dst the sempids an operation on sops is about to
+// overwrite, so that a completed operation whose result cannot be
+// delivered is rolled back exactly.
+func (s *Set) savePids(sops []Sembuf, dst []*ipcns.Pid) []*ipcns.Pid {
 	for i := range sops {
-		p.pids = append(p.pids, s.sems[sops[i].Num].pid)
+		dst = append(dst, s.sems[sops[i].Num].pid)
 	}
+	return dst
 }
 
-func (p *pidSaver) restore(s *Set, sops []Sembuf) {
+// restorePids puts back what savePids saved.
+func (s *Set) restorePids(sops []Sembuf, saved []*ipcns.Pid) {
 	for i := len(sops) - 1; i >= 0; i-- {
-		s.sems[sops[i].Num].pid = p.pids[i]
+		s.sems[sops[i].Num].pid = saved[i]
 	}
 }
 
@@ -91,9 +86,10 @@ func (p *pidSaver) restore(s *Set, sops []Sembuf) {
 // returns perform's result, with statusUndelivered when the operation was
 // done and rolled back because w's Commit failed.
 func (s *Set) complete(w *waiter) int {
-	var saved pidSaver
+	var buf [8]*ipcns.Pid
+	var saved []*ipcns.Pid
 	if w.commit != nil {
-		saved.save(s, w.sops)
+		saved = s.savePids(w.sops, buf[:0])
 	}
 	r := s.perform(w.sops, w.undo, w.caller.Pid, &w.blocking)
 	if r == performBlocks {
@@ -102,7 +98,7 @@ func (s *Set) complete(w *waiter) int {
 	s.unlink(w)
 	if r == 0 && w.commit != nil && !w.commit() {
 		s.revert(w.sops, w.undo)
-		saved.restore(s, w.sops)
+		s.restorePids(w.sops, saved)
 		r = statusUndelivered
 	}
 	w.status = r
@@ -230,4 +226,4 @@ func (s *Set) stampOtime(sops []Sembuf) {
 }
 
 // now returns the time in seconds, as the kernel's ktime_get_real_seconds.
-func now() int64 { return time.Now().Unix() }
+func now() int64 { return ipcns.Now() }

@@ -366,3 +366,32 @@ func TestDiffUndoFailedOp(t *testing.T) {
 		stat(w, log, 0, id)
 	})
 }
+
+// TestDiffPidNamespaces: GETPID answers in the pid namespace of the caller:
+// the number there, 0 when the process is not visible, and the old number
+// after it has exited.
+func TestDiffPidNamespaces(t *testing.T) {
+	runBoth(t, func(t *testing.T, w world, log logf) {
+		id := w.semget(0, 77, 3, ipcns.IPCCreat|0o666).Ret
+		inner, other := w.spawnInPidNS(t), w.spawnInPidNS(t)
+		plain := w.spawn(t)
+		log("inner ops 0", w.semop(inner, id, []Sembuf{op(0, 1, 0)}, nil))
+		log("main ops 1", w.semop(0, id, []Sembuf{op(1, 1, 0)}, nil))
+		log("plain ops 2", w.semop(plain, id, []Sembuf{op(2, 1, 0)}, nil))
+		for _, a := range []int{0, inner, other, plain} {
+			for s := 0; s < 3; s++ {
+				log(fmt.Sprintf("actor %d getpid %d", a, s), w.semctl(a, id, s, GetPID, ctlArg{}))
+			}
+		}
+		log("other waits", w.semop(other, id, []Sembuf{op(1, -2, SemUndo)}, nil))
+		log("inner posts", w.semop(inner, id, []Sembuf{op(1, 1, 0)}, nil))
+		log("other", w.wait(t, other))
+		for _, a := range []int{0, inner, other, plain} {
+			log(fmt.Sprintf("actor %d getpid 1", a), w.semctl(a, id, 1, GetPID, ctlArg{}))
+		}
+		w.exit(t, other)
+		for _, a := range []int{0, inner, plain} {
+			log(fmt.Sprintf("after exit: actor %d getpid 1", a), w.semctl(a, id, 1, GetPID, ctlArg{}))
+		}
+	})
+}

@@ -94,16 +94,17 @@ func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
 		s.unlock(locknum)
 		return unix.EIDRM
 	}
-	var saved pidSaver
+	var buf [8]*ipcns.Pid
+	var saved []*ipcns.Pid
 	if op.Commit != nil {
-		saved.save(s, sops)
+		saved = s.savePids(sops, buf[:0])
 	}
 	var blocking int
 	switch r := s.perform(sops, un, c.Pid, &blocking); r {
 	case 0:
 		if op.Commit != nil && !op.Commit() {
 			s.revert(sops, un)
-			saved.restore(s, sops)
+			s.restorePids(sops, saved)
 			s.unlock(locknum)
 			return ErrNotDelivered
 		}

@@ -10,8 +10,9 @@ import (
 
 // globalLockHysteresis is how many whole-set lock releases with no complex
 // operation queued it takes before simple operations go back to the
-// per-semaphore locks (USE_GLOBAL_LOCK_HYSTERESIS in ipc/sem.c).
-const globalLockHysteresis = 10
+// per-semaphore locks (USE_GLOBAL_LOCK_HYSTERESIS in ipc/sem.c). A
+// variable only so that a benchmark can show what it buys.
+var globalLockHysteresis int32 = 10
 
 // sem is one semaphore. It fills exactly one 64-byte cache line, so that
 // simple operations on different semaphores share nothing.

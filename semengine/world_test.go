@@ -82,6 +82,8 @@ type ctlArg struct {
 // block.
 type world interface {
 	spawn(t *testing.T) int
+	// spawnInPidNS makes an actor that is pid 1 of a new pid namespace.
+	spawnInPidNS(t *testing.T) int
 	// setCreds makes actor a an unprivileged uid/gid (spawned actors only).
 	setCreds(t *testing.T, a int, uid, gid uint32, groups ...uint32)
 	semget(a int, key int32, nsems, flg int) res
@@ -160,6 +162,15 @@ func (w *kernelWorld) close() {
 
 func (w *kernelWorld) spawn(t *testing.T) int {
 	a, err := kernelipc.StartActor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.actors = append(w.actors, a)
+	return len(w.actors)
+}
+
+func (w *kernelWorld) spawnInPidNS(t *testing.T) int {
+	a, err := kernelipc.StartActorInNewPidNS()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,6 +461,14 @@ func (w *engineWorld) spawn(t *testing.T) int {
 	return len(w.actors) - 1
 }
 
+func (w *engineWorld) spawnInPidNS(t *testing.T) int {
+	n := len(w.actors)
+	ns := ipcns.NewPidNamespace(w.root, uint64(n+2))
+	c := &ipcns.Caller{Creds: w.actors[0].c.Creds, Pid: ipcns.NewPid(ns, int32(100+n), 1)}
+	w.actors = append(w.actors, &engineActor{c: c})
+	return n
+}
+
 func (w *engineWorld) setCreds(t *testing.T, a int, uid, gid uint32, groups ...uint32) {
 	w.actors[a].c.Creds = ipcns.UserCreds(uid, gid, groups...)
 }
@@ -569,7 +588,10 @@ func (w *engineWorld) actorOf(pid int) int {
 	if pid == 0 {
 		return -1
 	}
-	return pid - 100
+	if pid >= 100 && pid < 100+len(w.actors) {
+		return pid - 100
+	}
+	return 1000 + pid
 }
 
 func (w *engineWorld) setNextID(t *testing.T, id int) { w.e.Registry().SetNextID(id) }

@@ -91,13 +91,21 @@ type Actor struct {
 	results chan Result
 	nr      uintptr // the call in flight
 	busy    bool    // a call is in flight
-	// Pid and Tid identify the process and the thread that makes calls.
-	Pid, Tid int
+	// Pid and Tid identify the process and the thread that makes calls,
+	// in the starting process's pid namespace; InnerPid is the pid in the
+	// actor's own namespace.
+	Pid, Tid, InnerPid int
 }
 
 // StartActor starts an actor. Call it from the thread whose namespace the
 // actor must share (the one InFreshNamespace runs f on).
-func StartActor() (*Actor, error) {
+func StartActor() (*Actor, error) { return startActor(0) }
+
+// StartActorInNewPidNS starts an actor that is pid 1 of a new pid
+// namespace, a child of the caller's.
+func StartActorInNewPidNS() (*Actor, error) { return startActor(syscall.CLONE_NEWPID) }
+
+func startActor(cloneflags uintptr) (*Actor, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -105,7 +113,7 @@ func StartActor() (*Actor, error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envActor+"=1")
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: cloneflags}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -125,7 +133,15 @@ func StartActor() (*Actor, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("actor did not start: %w", err)
 	}
-	a.Pid, a.Tid = h.Pid, h.Tid
+	// The actor reports its ids in its own pid namespace; the ones that
+	// count here are those of this process's namespace.
+	a.Pid, a.Tid, a.InnerPid = cmd.Process.Pid, h.Tid, h.Pid
+	if cloneflags&syscall.CLONE_NEWPID != 0 {
+		if a.Tid, err = outerTid(a.Pid, h.Tid); err != nil {
+			a.Kill()
+			return nil, err
+		}
+	}
 	go func() {
 		defer close(a.results)
 		for {
@@ -137,6 +153,28 @@ func StartActor() (*Actor, error) {
 		}
 	}()
 	return a, nil
+}
+
+// outerTid finds the thread of process pid whose id in the process's own
+// pid namespace is inner (the last NSpid field).
+func outerTid(pid, inner int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" && f[len(f)-1] == strconv.Itoa(inner) {
+				return strconv.Atoi(e.Name())
+			}
+		}
+	}
+	return 0, fmt.Errorf("actor %d: no thread %d", pid, inner)
 }
 
 // Start sends c without waiting for its result.

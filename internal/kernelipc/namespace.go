@@ -13,15 +13,23 @@ import (
 // Every IPC syscall f makes from that thread, and every actor it starts,
 // sees only that namespace. The thread is discarded afterwards.
 func InFreshNamespace(f func()) error {
+	return runLocked(func() error {
+		if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+			return fmt.Errorf("unshare(CLONE_NEWIPC): %w", err)
+		}
+		f()
+		return nil
+	})
+}
+
+// runLocked runs f on a goroutine locked to an OS thread that is thrown
+// away afterwards, since f changes the thread's namespaces.
+func runLocked(f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		// Deliberately no UnlockOSThread: the thread dies with the
 		// goroutine instead of returning to the pool in the namespace.
-		if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
-			errc <- fmt.Errorf("unshare(CLONE_NEWIPC): %w", err)
-			return
-		}
 		finished := false
 		defer func() {
 			if r := recover(); r != nil {
@@ -31,9 +39,9 @@ func InFreshNamespace(f func()) error {
 				errc <- errors.New("fresh namespace: f did not return (FailNow?)")
 			}
 		}()
-		f()
+		err := f()
 		finished = true
-		errc <- nil
+		errc <- err
 	}()
 	return <-errc
 }
@@ -42,3 +50,42 @@ func InFreshNamespace(f func()) error {
 func Available() bool {
 	return InFreshNamespace(func() {}) == nil
 }
+
+// Namespace is a fresh IPC namespace that several threads can enter, for
+// benchmarks with concurrent workers.
+type Namespace struct {
+	fd int
+}
+
+// NewNamespace makes a fresh IPC namespace, kept alive until Close.
+func NewNamespace() (*Namespace, error) {
+	var ns *Namespace
+	var nerr error
+	err := InFreshNamespace(func() {
+		fd, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/ipc", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			nerr = err
+			return
+		}
+		ns = &Namespace{fd: fd}
+	})
+	if err == nil {
+		err = nerr
+	}
+	return ns, err
+}
+
+// Run runs f on an OS thread of its own that has entered ns (setns); the
+// thread is discarded afterwards.
+func (ns *Namespace) Run(f func()) error {
+	return runLocked(func() error {
+		if err := unix.Setns(ns.fd, unix.CLONE_NEWIPC); err != nil {
+			return fmt.Errorf("setns: %w", err)
+		}
+		f()
+		return nil
+	})
+}
+
+// Close releases the namespace.
+func (ns *Namespace) Close() error { return unix.Close(ns.fd) }
