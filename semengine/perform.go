@@ -1,7 +1,6 @@
 package semengine
 
 import (
-
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/undo"
 	"golang.org/x/sys/unix"
