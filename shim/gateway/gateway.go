@@ -403,6 +403,8 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 		_ = l.Reply(n.ID, 0, unix.ENOSYS)
 		return
 	}
+	// Exits the caller may already have seen take effect first.
+	g.res.Reap()
 	if n.Pid == 0 {
 		// The task is not visible in the shim's pid namespace: it cannot
 		// be identified.

@@ -118,6 +118,11 @@ type Resolver struct {
 	procs   map[int]*process
 	pidns   map[uint64]*ipcns.PidNamespace // by nsfs inode
 	rootNS  *ipcns.PidNamespace            // the shim's own pid namespace
+	byFd    map[int32]*process             // live processes by pidfd number
+
+	// ep is an epoll fd holding every live process's pidfd, polled
+	// without waiting by Reap.
+	ep int
 }
 
 // NewResolver returns a resolver reading procfs at /proc, which must be
@@ -129,11 +134,44 @@ func NewResolver(onExit func(*ipcns.Pid)) (*Resolver, error) {
 		return nil, err
 	}
 	root := ipcns.NewPidNamespace(nil, ino)
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
 	return &Resolver{
 		proc: "/proc", CheckIPCNS: true, onExit: onExit,
 		threads: make(map[int]*Task), procs: make(map[int]*process),
 		pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
+		byFd: make(map[int32]*process), ep: ep,
 	}, nil
+}
+
+// Reap handles, before it returns, the exit of every process whose exit
+// is already visible (its pidfd is readable), without waiting. The
+// kernel applies SEM_UNDO before a parent can learn of a child's exit;
+// calling Reap before serving each call gives the same order: a call made
+// after its maker saw another process exit sees that process's
+// adjustments applied. Processes' exits are also handled asynchronously
+// (promptly, with no call needed).
+func (r *Resolver) Reap() {
+	var evs [8]unix.EpollEvent
+	for {
+		n, err := unix.EpollWait(r.ep, evs[:], 0)
+		if err != nil || n <= 0 {
+			return
+		}
+		for _, ev := range evs[:n] {
+			r.mu.Lock()
+			p := r.byFd[ev.Fd]
+			r.mu.Unlock()
+			if p != nil {
+				r.exit(p, true)
+			}
+		}
+		if n < len(evs) {
+			return
+		}
+	}
 }
 
 // Resolve returns the Task of thread tid. A cached Task is checked for
@@ -337,7 +375,10 @@ func (r *Resolver) process(tgid int, ns *ipcns.PidNamespace, nrs []int32) (*proc
 		return cur, nil
 	}
 	r.procs[tgid] = np
+	pfd := int32(np.pidfd.Fd())
+	r.byFd[pfd] = np
 	r.mu.Unlock()
+	_ = unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, int(pfd), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: pfd})
 	go r.watch(np)
 	return np, nil
 }
@@ -360,7 +401,23 @@ func (r *Resolver) watch(p *process) {
 			return n > 0
 		})
 	}
+	r.exit(p, err == nil)
 	r.mu.Lock()
+	if r.byFd[int32(p.pidfd.Fd())] == p {
+		delete(r.byFd, int32(p.pidfd.Fd()))
+	}
+	r.mu.Unlock()
+	_ = unix.EpollCtl(r.ep, unix.EPOLL_CTL_DEL, int(p.pidfd.Fd()), nil)
+	p.pidfd.Close()
+}
+
+// exit forgets p and its threads and reports its exit (if report), once.
+func (r *Resolver) exit(p *process, report bool) {
+	r.mu.Lock()
+	if p.exited {
+		r.mu.Unlock()
+		return
+	}
 	p.exited = true
 	if r.procs[p.tgid] == p {
 		delete(r.procs, p.tgid)
@@ -378,8 +435,7 @@ func (r *Resolver) watch(p *process) {
 	for _, t := range dead {
 		t.release()
 	}
-	p.pidfd.Close()
-	if r.onExit != nil && !closed && err == nil {
+	if r.onExit != nil && !closed && report {
 		r.onExit(p.pid)
 	}
 }
@@ -394,6 +450,7 @@ func (r *Resolver) Close() {
 		procs = append(procs, p)
 	}
 	r.mu.Unlock()
+	defer unix.Close(r.ep)
 	for _, p := range procs {
 		// Ends the watcher's wait with an error; it then releases the
 		// process's Tasks.
