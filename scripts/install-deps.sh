@@ -12,3 +12,11 @@ if ! command -v go >/dev/null 2>&1; then
   fi
 fi
 go mod download
+# shim/gateway differential tests: real programs using System V IPC
+# (stress-ng, perl IPC::SysV, python3-sysv-ipc, php sysvsem/sysvmsg) and
+# gcc for the C test programs. Tests skip what is missing.
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    gcc libc6-dev stress-ng perl python3 python3-sysv-ipc php-cli
+fi
