@@ -82,20 +82,20 @@ func TestCommitFailedSleeperPassesTheUnitOn(t *testing.T) {
 	e, root := newTestEngine("t")
 	main, gone, next := rootCaller(root, 1), rootCaller(root, 2), rootCaller(root, 3)
 	id, _ := e.Semget(main, ipcns.IPCPrivate, 1, 0o600)
-	errs := make(chan error, 2)
+	goneErr, nextErr := make(chan error, 1), make(chan error, 1)
 	go func() {
-		errs <- e.Semop(context.Background(), gone, &Op{SemID: id, Sops: []Sembuf{{Op: -1, Flg: SemUndo}}, Commit: func() bool { return false }})
+		goneErr <- e.Semop(context.Background(), gone, &Op{SemID: id, Sops: []Sembuf{{Op: -1, Flg: SemUndo}}, Commit: func() bool { return false }})
 	}()
 	waitQueued(t, e, 1)
 	delivered := false
 	go func() {
-		errs <- e.Semop(context.Background(), next, &Op{SemID: id, Sops: []Sembuf{{Op: -1}}, Commit: func() bool { delivered = true; return true }})
+		nextErr <- e.Semop(context.Background(), next, &Op{SemID: id, Sops: []Sembuf{{Op: -1}}, Commit: func() bool { delivered = true; return true }})
 	}()
 	waitQueued(t, e, 2)
 	if err := e.Semop(context.Background(), main, &Op{SemID: id, Sops: []Sembuf{{Op: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	got := []error{<-errs, <-errs}
+	got := []error{<-goneErr, <-nextErr}
 	if !(errors.Is(got[0], ErrNotDelivered) && got[1] == nil) {
 		t.Fatalf("results %v, want [ErrNotDelivered <nil>]", got)
 	}
