@@ -395,3 +395,30 @@ func TestDiffPidNamespaces(t *testing.T) {
 		}
 	})
 }
+
+// TestDiffLimits: kernel.sem limits, per namespace, and where each error
+// comes from when they bite.
+func TestDiffLimits(t *testing.T) {
+	runBoth(t, func(t *testing.T, w world, log logf) {
+		w.setSemLimits(t, "4 6 3 3")
+		log("info", w.semctl(0, 0, 0, ipcns.IPCInfo, ctlArg{}))
+		log("nsems 5", w.semget(0, ipcns.IPCPrivate, 5, 0o600))
+		log("nsems 4", w.semget(0, ipcns.IPCPrivate, 4, 0o600))
+		log("semmns", w.semget(0, ipcns.IPCPrivate, 3, 0o600))
+		log("semmns nsems 0", w.semget(0, ipcns.IPCPrivate, 0, 0o600))
+		log("fits", w.semget(0, 5, 2, ipcns.IPCCreat|0o600))
+		log("sem_info", w.semctl(0, 0, 0, SemInfo, ctlArg{}))
+		log("semmns again", w.semget(0, ipcns.IPCPrivate, 1, 0o600))
+		log("existing key past semmns", w.semget(0, 5, 1, ipcns.IPCCreat|0o600))
+		w.setSemLimits(t, "4 100 3 3")
+		log("third set", w.semget(0, ipcns.IPCPrivate, 1, 0o600))
+		log("semmni", w.semget(0, ipcns.IPCPrivate, 1, 0o600))
+		log("semmni nsems 0", w.semget(0, ipcns.IPCPrivate, 0, 0o600))
+		log("semmni nsems 5", w.semget(0, ipcns.IPCPrivate, 5, 0o600))
+		log("semopm", w.semop(0, 0, make([]Sembuf, 4), nil))
+		log("semopm ok", w.semop(0, 0, make([]Sembuf, 3), nil))
+		w.setSemLimits(t, "4 100 3 2")
+		log("semmni lowered below use", w.semget(0, ipcns.IPCPrivate, 1, 0o600))
+		log("info after", w.semctl(0, 0, 0, SemInfo, ctlArg{}))
+	})
+}

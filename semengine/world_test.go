@@ -94,6 +94,8 @@ type world interface {
 	// waitDone waits for actor a's semop to return (a timeout, a signal).
 	waitDone(t *testing.T, a int) res
 	semctl(a int, id, num, cmd int, arg ctlArg) res
+	// setSemLimits sets kernel.sem ("SEMMSL SEMMNS SEMOPM SEMMNI").
+	setSemLimits(t *testing.T, v string)
 	// setNextID sets kernel.sem_next_id.
 	setNextID(t *testing.T, id int)
 	exit(t *testing.T, a int)
@@ -379,6 +381,12 @@ func (w *kernelWorld) actorOf(pid int) int {
 	return 1000 + pid
 }
 
+func (w *kernelWorld) setSemLimits(t *testing.T, v string) {
+	if err := os.WriteFile("/proc/sys/kernel/sem", []byte(v), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (w *kernelWorld) setNextID(t *testing.T, id int) {
 	// The sysctl acts on the writer's IPC namespace: this thread's.
 	if err := os.WriteFile("/proc/sys/kernel/sem_next_id", []byte(fmt.Sprint(id)), 0); err != nil {
@@ -592,6 +600,14 @@ func (w *engineWorld) actorOf(pid int) int {
 		return pid - 100
 	}
 	return 1000 + pid
+}
+
+func (w *engineWorld) setSemLimits(t *testing.T, v string) {
+	lim := *w.e.Namespace().Limits()
+	if err := lim.SetSem(v); err != nil {
+		t.Fatal(err)
+	}
+	w.e.Namespace().SetLimits(lim)
 }
 
 func (w *engineWorld) setNextID(t *testing.T, id int) { w.e.Registry().SetNextID(id) }
