@@ -183,8 +183,8 @@ type kernelBackend struct {
 	// with; 0 for root.
 	p0uid, p0gid uint32
 	actors       map[int]*kernelipc.Actor
-	calls  map[int]call
-	names  map[int32]string
+	calls        map[int]call
+	names        map[int32]string
 }
 
 func newKernelBackend() *kernelBackend {
