@@ -422,3 +422,17 @@ func TestDiffLimits(t *testing.T) {
 		log("info after", w.semctl(0, 0, 0, SemInfo, ctlArg{}))
 	})
 }
+
+// TestDiffProcSysvipc: /proc/sysvipc/sem, byte for byte but for the times.
+func TestDiffProcSysvipc(t *testing.T) {
+	runBoth(t, func(t *testing.T, w world, log logf) {
+		log("empty:\n"+w.proc(t), res{})
+		a := w.semget(0, 0x1234, 3, ipcns.IPCCreat|0o640).Ret
+		w.semget(0, ipcns.IPCPrivate, 1, 0o600)
+		c := w.semget(0, -5, 250, ipcns.IPCCreat|0o777).Ret
+		w.semop(0, a, []Sembuf{op(1, 1, 0)}, nil)
+		w.semctl(0, c, 0, ipcns.IPCSet, ctlArg{UID: 1234, GID: 5678, Mode: 0o604})
+		w.semctl(0, 1, 0, ipcns.IPCRmid, ctlArg{})
+		log("three:\n"+w.proc(t), res{})
+	})
+}

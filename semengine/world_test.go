@@ -96,6 +96,8 @@ type world interface {
 	semctl(a int, id, num, cmd int, arg ctlArg) res
 	// setSemLimits sets kernel.sem ("SEMMSL SEMMNS SEMOPM SEMMNI").
 	setSemLimits(t *testing.T, v string)
+	// proc returns /proc/sysvipc/sem with non-zero times shown as T.
+	proc(t *testing.T) string
 	// setNextID sets kernel.sem_next_id.
 	setNextID(t *testing.T, id int)
 	exit(t *testing.T, a int)
@@ -387,6 +389,36 @@ func (w *kernelWorld) setSemLimits(t *testing.T, v string) {
 	}
 }
 
+func (w *kernelWorld) proc(t *testing.T) string {
+	b, err := os.ReadFile("/proc/sysvipc/sem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return maskTimes(string(b))
+}
+
+// maskTimes replaces the last two columns (otime, ctime: " %10d %10d" at
+// the end of each row) by 0 or T, since the two runs happen at different
+// times.
+func maskTimes(s string) string {
+	lines := strings.Split(s, "\n")
+	for i := 1; i < len(lines); i++ {
+		line := lines[i]
+		if len(line) < 22 {
+			continue
+		}
+		masked := line[:len(line)-22]
+		for _, col := range strings.Fields(line[len(line)-22:]) {
+			if col != "0" {
+				col = "T"
+			}
+			masked += fmt.Sprintf(" %10s", col)
+		}
+		lines[i] = masked
+	}
+	return strings.Join(lines, "\n")
+}
+
 func (w *kernelWorld) setNextID(t *testing.T, id int) {
 	// The sysctl acts on the writer's IPC namespace: this thread's.
 	if err := os.WriteFile("/proc/sys/kernel/sem_next_id", []byte(fmt.Sprint(id)), 0); err != nil {
@@ -609,6 +641,8 @@ func (w *engineWorld) setSemLimits(t *testing.T, v string) {
 	}
 	w.e.Namespace().SetLimits(lim)
 }
+
+func (w *engineWorld) proc(t *testing.T) string { return maskTimes(string(w.e.ProcSysvipc())) }
 
 func (w *engineWorld) setNextID(t *testing.T, id int) { w.e.Registry().SetNextID(id) }
 
