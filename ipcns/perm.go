@@ -16,8 +16,10 @@ const (
 	IPCStat = 2
 	IPCInfo = 3
 
-	// IPC64 is or'ed into ctl commands by libcs that use the 64-bit
-	// structures; the x86_64 and arm64 syscalls accept it and ignore it.
+	// IPC64 is the flag 32-bit libcs or into ctl commands to ask for the
+	// 64-bit structures. x86_64 and arm64 do not parse it: there semctl
+	// and msgctl with cmd|IPC64 fail with EINVAL like any unknown command
+	// (measured), and glibc never sets it.
 	IPC64 = 0x0100
 )
 

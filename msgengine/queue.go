@@ -3,7 +3,6 @@ package msgengine
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 )
@@ -50,4 +49,4 @@ func (q *Queue) fitsLocked(msgsz int64) bool {
 }
 
 // now returns the time in seconds, as ktime_get_real_seconds.
-func now() int64 { return time.Now().Unix() }
+func now() int64 { return ipcns.Now() }
