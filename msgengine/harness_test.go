@@ -54,6 +54,8 @@ type backend interface {
 	settle(p int) (res string, done bool)
 	interrupt(p int)
 	setCreds(p int, uid, gid uint32) // 0, 0: back to root
+	// procFile returns /proc/sysvipc/msg as the scenario's process reads it.
+	procFile() string
 	close()
 }
 
@@ -405,6 +407,14 @@ func (k *kernelBackend) credCall(p int, nr uintptr, id uint32) {
 	}
 }
 
+func (k *kernelBackend) procFile() string {
+	b, err := os.ReadFile("/proc/sysvipc/msg")
+	if err != nil {
+		panic(err)
+	}
+	return normalizeProc(string(b), k.pidName)
+}
+
 func (k *kernelBackend) close() {
 	k.setCreds(0, 0, 0)
 	for _, a := range k.actors {
@@ -581,6 +591,10 @@ func (b *engineBackend) setCreds(p int, uid, gid uint32) {
 		return
 	}
 	c.Creds = ipcns.Creds{EUID: uid, EGID: gid, FSGID: gid, Groups: b.groups}
+}
+
+func (b *engineBackend) procFile() string {
+	return normalizeProc(string(b.e.ProcSysvipc(b.pidns)), b.pidName)
 }
 
 func (b *engineBackend) close() {}
