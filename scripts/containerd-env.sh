@@ -32,9 +32,27 @@ state = "$dir/state"
 [debug]
   level = "info"
 
+# CRI (crictl, Kubernetes): runtime handler "ipc". The options table
+# reaches the shim as CRI's generic runtimeoptions.Options.
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.ipc]
   runtime_type = "io.containerd.ipc.v2"
   runtime_path = "$shimbin/containerd-shim-ipc-v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.ipc.options]
+    BinaryName = "$(command -v runc || echo runc)"
+
+# Sandboxes ask for oom_score_adj -998: hosts (or containers) without
+# CAP_SYS_RESOURCE refuse it, and runc fails with "can't get final child's PID".
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+
+# Pods' sandbox image, imported locally (no registry).
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "localhost/ipct:1"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
 TOML
   PATH="$shimbin:$bin:$PATH" nohup "$bin/containerd" --config "$dir/config.toml" >"$dir/containerd.log" 2>&1 &
   echo $! >"$dir/containerd.pid"

@@ -1,0 +1,117 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var importOnce sync.Once
+var importErr error
+
+// crictl runs crictl against the private containerd's CRI plugin.
+func (e *env) crictl(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(filepath.Dir(e.ctr), "crictl")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ep := "unix://" + e.sock
+	c := exec.CommandContext(ctx, bin, append([]string{"--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "50s"}, args...)...)
+	var buf, ebuf bytes.Buffer
+	c.Stdout, c.Stderr = &buf, &ebuf
+	if err := c.Run(); err != nil {
+		t.Fatalf("crictl %s: %v\n%s%s", strings.Join(args, " "), err, buf.String(), ebuf.String())
+	}
+	return buf.String()
+}
+
+// TestCRIPodRuntimeClass runs a pod through the CRI plugin with runtime
+// handler "ipc" (what a Kubernetes RuntimeClass selects): CRI sends the
+// generic runtimeoptions.Options, the pod's containers are served by one
+// shim and share the pod's IPC namespace, with separate pid namespaces,
+// and the pod's sysctls are the engine namespace's limits.
+func TestCRIPodRuntimeClass(t *testing.T) {
+	e := need(t)
+	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
+		t.Skip("crictl not built (scripts/build-containerd.sh)")
+	}
+	importOnce.Do(func() {
+		tar := filepath.Join(e.dir, "ipct-image.tar")
+		out, err := exec.Command("go", "run", "./mkimage", "-rootfs", e.rootfs, "-name", "localhost/ipct:1", "-o", tar, "--", "/bin/sleep", "100000000").CombinedOutput()
+		if err != nil {
+			importErr = &setupError{"mkimage: " + err.Error() + "\n" + string(out)}
+			return
+		}
+		out, err = exec.Command(e.ctr, "-a", e.sock, "-n", "k8s.io", "images", "import", tar).CombinedOutput()
+		if err != nil {
+			importErr = &setupError{"import: " + err.Error() + "\n" + string(out)}
+		}
+	})
+	if importErr != nil {
+		t.Fatal(importErr)
+	}
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	uid := uniq(t, "u")
+	pod := write("pod.json", `{"metadata":{"name":"ipcpod","namespace":"default","uid":"`+uid+`"},"log_directory":"`+dir+`",
+ "linux":{"sysctls":{"kernel.sem":"100 1000 16 20","kernel.msgmni":"64"},
+  "security_context":{"namespace_options":{"network":2,"pid":1,"ipc":0}}}}`)
+	ctrJSON := func(name string) string {
+		return write(name+".json", `{"metadata":{"name":"`+name+`"},"image":{"image":"localhost/ipct:1"},"command":["/bin/sleep","100000"],"log_path":"`+name+`.log",
+ "linux":{"security_context":{"namespace_options":{"network":2,"pid":1,"ipc":0}}}}`)
+	}
+	podID := strings.TrimSpace(e.crictl(t, "runp", "--runtime", "ipc", pod))
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			e.crictl(t, "stopp", podID)
+			e.crictl(t, "rmp", podID)
+		}
+	})
+	var cids []string
+	for _, n := range []string{"c1", "c2"} {
+		id := strings.TrimSpace(e.crictl(t, "create", podID, ctrJSON(n), pod))
+		e.crictl(t, "start", id)
+		cids = append(cids, id)
+	}
+	sh := func(i int, script string) string {
+		// crictl adds a blank line after the output.
+		return strings.TrimRight(e.crictl(t, "exec", "-s", cids[i], "/bin/sh", "-c", script), "\n") + "\n"
+	}
+	want(t, sh(0, `cat /proc/sys/kernel/sem; ipct semget 0x77 101 create; ipct semget 0x77 2 create; ipct semop 0x77 0 1; `+kernelSets),
+		`^100\s+1000\s+16\s+20\nERR EINVAL\n0\nok \d+\nkernel-sets=0\n$`)
+	pid1 := regexp.MustCompile(`ok (\d+)`).FindStringSubmatch(sh(0, `ipct semop 0x77 1 1`))[1]
+	want(t, sh(1, `ipct getval 0x77 0; ipct getpid 0x77 1`), `^1\n0\n$`)
+	want(t, sh(0, `ipct getpid 0x77 1`), `^`+pid1+`\n$`)
+
+	// One shim process for the pod: one listener socket, one engine
+	// namespace created by the sandbox.
+	log := e.log(t)
+	want(t, log, `new engine namespace for container `+podID+`, limits sem=100 1000 16 20 msgmax=8192 msgmnb=16384 msgmni=64`)
+	for _, c := range cids {
+		if strings.Contains(log, "new engine namespace for container "+c) {
+			t.Fatalf("container %s got its own engine namespace", c)
+		}
+	}
+	e.crictl(t, "stopp", podID)
+	e.crictl(t, "rmp", podID)
+	removed = true
+	e.waitLog(t, `last container \((`+podID+`|`+cids[0]+`|`+cids[1]+`)\) deleted, engine namespace freed`)
+}
+
+type setupError struct{ s string }
+
+func (e *setupError) Error() string { return e.s }
