@@ -32,15 +32,16 @@ type Op struct {
 }
 
 // CheckCall reports the errors semop gives before it reads its operations
-// from the caller's memory: EINVAL for nsops < 1 or semid < 0, E2BIG for
-// nsops above SEMOPM. The gateway calls it before the copy, whose EFAULT
-// comes next in Linux's order; Semop repeats the checks.
-func (e *Engine) CheckCall(semid int32, nsops int) error {
-	if nsops < 1 || semid < 0 {
-		return unix.EINVAL
-	}
+// from the caller's memory (do_semtimedop): E2BIG for nsops above SEMOPM,
+// then EINVAL for nsops < 1. The gateway calls it before the copy, whose
+// EFAULT comes next in Linux's order; a negative semid is only refused
+// after the copy. Semop repeats the checks.
+func (e *Engine) CheckCall(nsops int) error {
 	if nsops > e.ns.Limits().SemOPM {
 		return unix.E2BIG
+	}
+	if nsops < 1 {
+		return unix.EINVAL
 	}
 	return nil
 }
@@ -48,13 +49,16 @@ func (e *Engine) CheckCall(semid int32, nsops int) error {
 // Semop performs semop(2)/semtimedop(2) for c. It sleeps while the
 // operations cannot all proceed; cancelling ctx interrupts the sleep with
 // EINTR (a signal), and the timeout ends it with EAGAIN. Errors are
-// syscall.Errno values in Linux's order: EINVAL (nsops, semid), E2BIG,
-// EINVAL (timeout), EINVAL (no such id), EFBIG, EACCES, EIDRM, ERANGE,
+// syscall.Errno values in Linux's order: E2BIG, EINVAL (nsops), EINVAL
+// (semid, timeout), EINVAL (no such id), EFBIG, EACCES, EIDRM, ERANGE,
 // EAGAIN.
 func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
 	sops := op.Sops
-	if err := e.CheckCall(op.SemID, len(sops)); err != nil {
+	if err := e.CheckCall(len(sops)); err != nil {
 		return err
+	}
+	if op.SemID < 0 {
+		return unix.EINVAL
 	}
 	if t := op.Timeout; t != nil && (t.Sec < 0 || t.Nsec < 0 || t.Nsec >= 1e9) {
 		return unix.EINVAL

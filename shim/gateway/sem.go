@@ -112,8 +112,9 @@ func (e *Engines) semop(r *Request, timed bool) {
 	eng := e.Sem(r.Task.IPCNS)
 	semid, nsops := int32(r.Arg(0)), uint32(r.Arg(2))
 	op := &semengine.Op{SemID: semid}
-	// Linux's order: the timeout is copied first (EFAULT), then nsops and
-	// semid are checked, then the operations are copied.
+	// Linux's order: the timeout is copied first (EFAULT), then nsops is
+	// checked (E2BIG, EINVAL), then the operations are copied (EFAULT),
+	// then semid and the rest are checked by the engine.
 	if timed && r.Arg(3) != 0 {
 		var b [16]byte
 		if err := r.Task.ReadMem(r.Arg(3), b[:]); err != nil {
@@ -125,7 +126,7 @@ func (e *Engines) semop(r *Request, timed bool) {
 			Nsec: int64(binary.LittleEndian.Uint64(b[8:])),
 		}
 	}
-	if err := eng.CheckCall(semid, int(nsops)); err != nil {
+	if err := eng.CheckCall(int(nsops)); err != nil {
 		r.Reply(0, err)
 		return
 	}
