@@ -172,8 +172,30 @@ func BenchmarkContended(b *testing.B) {
 
 // BenchmarkScaling runs 1 or 2 workers, each on its own semaphore of one
 // set. ns/op is per pair and per worker: perfect scaling keeps it flat;
-// the pairs/s metric is the total rate.
+// the pairs/s metric is the total rate. The "cpu" side is the control: a
+// loop of arithmetic that shares nothing, showing how much the machine
+// itself lets two workers scale at that moment.
 func BenchmarkScaling(b *testing.B) {
+	for _, workers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("cpu/workers=%d", workers), func(b *testing.B) {
+			var sink [2][8]uint64 // a cache line each
+			var wg sync.WaitGroup
+			start := time.Now()
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func(w int) {
+					defer wg.Done()
+					x := uint64(w)
+					for i := 0; i < 40*b.N; i++ {
+						x = x*6364136223846793005 + 1442695040888963407
+					}
+					sink[w][0] = x
+				}(w)
+			}
+			wg.Wait()
+			b.ReportMetric(float64(workers*b.N)/time.Since(start).Seconds(), "pairs/s")
+		})
+	}
 	for _, side := range benchSides() {
 		for _, workers := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/workers=%d", side.name, workers), func(b *testing.B) {
