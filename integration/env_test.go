@@ -149,6 +149,7 @@ func (e *env) ctrOK(t *testing.T, args ...string) string {
 type opts struct {
 	runtime string
 	extra   []string
+	path    string // PATH in the container; /bin by default
 }
 
 func (o opts) runArgs(e *env, id string) []string {
@@ -156,7 +157,11 @@ func (o opts) runArgs(e *env, id string) []string {
 	if rt == "" {
 		rt = runtimeIPC
 	}
-	a := []string{"run", "--env", "PATH=/bin", "--runtime", rt, "--rootfs"}
+	path := o.path
+	if path == "" {
+		path = "/bin"
+	}
+	a := []string{"run", "--env", "PATH=" + path, "--runtime", rt, "--rootfs"}
 	a = append(a, o.extra...)
 	return append(a[:len(a):len(a)], e.rootfs, id)
 }

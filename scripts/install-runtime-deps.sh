@@ -19,3 +19,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 scripts/build-containerd.sh
+scripts/make-debian-rootfs.sh

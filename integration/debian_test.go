@@ -1,0 +1,63 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDebianWorkloads runs real System V IPC users in a Debian rootfs
+// (scripts/make-debian-rootfs.sh) under runc's shim and under this one:
+// stress-ng's sem-sysv (and msg) stressors with --verify, perl IPC::SysV,
+// python3-sysv-ipc, and apache2 with its accept mutex on SysV semaphores.
+func TestDebianWorkloads(t *testing.T) {
+	e := need(t)
+	rootfs := os.Getenv("DEBIAN_ROOTFS")
+	if rootfs == "" {
+		rootfs = filepath.Join(repoRoot(), "build", "debian-rootfs")
+	}
+	if _, err := os.Stat(filepath.Join(rootfs, "usr", "bin", "stress-ng")); err != nil {
+		t.Skip("no Debian rootfs with stress-ng: run scripts/make-debian-rootfs.sh")
+	}
+	td, _ := filepath.Abs("testdata")
+	script := `
+stress-ng --sem-sysv 2 --verify -t 3 --metrics-brief 2>&1 | grep -E "sem-sysv +[0-9]|successful|fail|error" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] //'
+if perl -MIPC::SysV=IPC_PRIVATE -e 'exit(defined(msgget(IPC_PRIVATE, 0600)) ? 0 : 1)'; then
+  stress-ng --msg 2 --verify -t 3 --metrics-brief 2>&1 | grep -E "msg +[0-9]|successful|fail|error" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] //'
+else echo "msg: ENOSYS"; fi
+perl /t/sysv.pl; python3 /t/sysv.py; sh /t/apache.sh`
+	res := map[string]string{}
+	for _, rt := range []string{runtimeRunc, runtimeIPC} {
+		t.Run(rt, func(t *testing.T) {
+			o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
+			args := o.runArgs(e, uniq(t, "deb"))
+			args[len(args)-2] = rootfs
+			args = append([]string{args[0], "--rm"}, args[1:]...)
+			out := e.ctrOK(t, append(args, "/bin/sh", "-c", script)...)
+			t.Logf("%s:\n%s", rt, out)
+			res[rt] = out
+			want(t, out, `sem-sysv +\d+`)
+			want(t, out, `successful run completed`)
+			noENOSYS := regexp.MustCompile(`(?m)^.*msgget failed.*(Function not implemented).*$`).ReplaceAllString(out, "")
+			if regexp.MustCompile(`(?i)\bfail|error`).MatchString(noENOSYS) {
+				t.Fatalf("a workload failed:\n%s", out)
+			}
+			want(t, out, `perl-sem ok value=0\n`)
+			want(t, out, `python-sem ok value=0\n`)
+			want(t, out, `apache-requests ok=200/200`)
+			if rt == runtimeIPC {
+				want(t, out, `kernel-sem-sets=0`)
+				if strings.Contains(out, "msg: ENOSYS") {
+					t.Log("message queues answer ENOSYS (msgengine not wired into shim/gateway yet): msg workloads not compared")
+					return
+				}
+			} else {
+				want(t, out, `kernel-sem-sets=[1-9]`)
+			}
+			want(t, out, `perl-msg ok pong:ping`)
+			want(t, out, `python-msg ok pong:ping`)
+		})
+	}
+}
