@@ -190,27 +190,6 @@ func BenchmarkReadStatus(b *testing.B) {
 	}
 }
 
-func BenchmarkReadMem24(b *testing.B) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	r, err := gateway.NewResolver(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
-	t, err := r.Resolve(unix.Gettid())
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := make([]byte, 24)
-	dst := make([]byte, 24)
-	for i := 0; i < b.N; i++ {
-		if err := t.ReadMem(uint64(uintptr(unsafe.Pointer(&src[0]))), dst); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func logStats(tb testing.TB, g *gateway.Gateway) {
 	s := &g.Stats
 	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d refused=%d repeats=%d unconfirmed=%d plain=%d",
