@@ -98,8 +98,12 @@ func (r *Request) Reply(val int64, err error) bool {
 		errno = unix.EIO
 	}
 	serr := r.l.Reply(r.Notif.ID, val, errno)
-	if serr != nil && !seccompnotify.IsGone(serr) {
-		r.g.logf("gateway: reply to tid %d: %v", r.Task.Tid, serr)
+	if serr != nil {
+		if seccompnotify.IsGone(serr) {
+			r.sendRefused()
+		} else {
+			r.g.logf("gateway: reply to tid %d: %v", r.Task.Tid, serr)
+		}
 	}
 	if serr == nil {
 		r.delivered.Store(true)
@@ -138,6 +142,7 @@ func (r *Request) Deliver() bool {
 			return true
 		case seccompnotify.IsGone(err):
 			r.g.Stats.Refused.Add(1)
+			r.sendRefused()
 			return false
 		}
 		r.g.logf("gateway: confirmed reply to tid %d: %v", r.Task.Tid, err)
@@ -151,6 +156,22 @@ func (r *Request) Deliver() bool {
 	r.delivered.Store(true)
 	r.succeeded.Store(true)
 	return true
+}
+
+// sendRefused records that the kernel refused r's answer: the
+// notification is gone. For a blocked call (a sleeper answered from a
+// waker's Commit) that makes it an interrupted call whose restart is
+// recognised; the task is probed for a stop, which decides how the
+// restart is answered. The wait is not cancelled here: the engine is
+// finishing it.
+func (r *Request) sendRefused() {
+	if r.done == nil {
+		return
+	}
+	if r.Task.isStopped() {
+		r.stopped.Store(true)
+	}
+	r.gone.Store(true)
 }
 
 // Replied reports whether an answer was sent (or attempted).

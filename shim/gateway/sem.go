@@ -8,40 +8,54 @@ import (
 	"sync"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"golang.org/x/sys/unix"
 )
 
-// Engines serves the semaphore calls from semengine, one engine per kernel
-// IPC namespace (keyed by the caller's Task.IPCNS), and answers the
-// message-queue calls with ENOSYS until msgengine is wired.
+// Engines serves the semaphore calls from semengine and the message-queue
+// calls from msgengine, one pair of engines per kernel IPC namespace
+// (keyed by the caller's Task.IPCNS) sharing that namespace's limits.
 type Engines struct {
 	// Limits are the limits of new namespaces.
 	Limits ipcns.Limits
 
-	// mu guards sems.
-	mu   sync.Mutex
-	sems map[uint64]*semengine.Engine
+	// mu guards nss.
+	mu  sync.Mutex
+	nss map[uint64]*nsEngines
+}
+
+// nsEngines are the engines of one kernel IPC namespace.
+type nsEngines struct {
+	sem *semengine.Engine
+	msg *msgengine.Engine
 }
 
 // NewEngines returns an empty set of namespaces with Linux's default
 // limits.
 func NewEngines() *Engines {
-	return &Engines{Limits: ipcns.DefaultLimits(), sems: make(map[uint64]*semengine.Engine)}
+	return &Engines{Limits: ipcns.DefaultLimits(), nss: make(map[uint64]*nsEngines)}
+}
+
+func (e *Engines) ns(ino uint64) *nsEngines {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := e.nss[ino]
+	if n == nil {
+		ns := ipcns.NewNamespace("ipc:"+uitoa(ino), e.Limits)
+		n = &nsEngines{sem: semengine.New(ns), msg: msgengine.New(ns)}
+		e.nss[ino] = n
+	}
+	return n
 }
 
 // Sem returns the semaphore engine of kernel IPC namespace ino, making it
 // on first use.
-func (e *Engines) Sem(ino uint64) *semengine.Engine {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := e.sems[ino]
-	if s == nil {
-		s = semengine.New(ipcns.NewNamespace("ipc:"+uitoa(ino), e.Limits))
-		e.sems[ino] = s
-	}
-	return s
-}
+func (e *Engines) Sem(ino uint64) *semengine.Engine { return e.ns(ino).sem }
+
+// Msg returns the message-queue engine of kernel IPC namespace ino,
+// making it on first use.
+func (e *Engines) Msg(ino uint64) *msgengine.Engine { return e.ns(ino).msg }
 
 func uitoa(v uint64) string {
 	var b [20]byte
@@ -56,12 +70,12 @@ func uitoa(v uint64) string {
 	}
 }
 
-// Namespaces returns the kernel IPC namespace inodes that have an engine.
+// Namespaces returns the kernel IPC namespace inodes that have engines.
 func (e *Engines) Namespaces() []uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	inos := make([]uint64, 0, len(e.sems))
-	for ino := range e.sems {
+	inos := make([]uint64, 0, len(e.nss))
+	for ino := range e.nss {
 		inos = append(inos, ino)
 	}
 	return inos
@@ -70,9 +84,9 @@ func (e *Engines) Namespaces() []uint64 {
 // Exit applies the SEM_UNDO adjustments of pid in every namespace.
 func (e *Engines) Exit(pid *ipcns.Pid) {
 	e.mu.Lock()
-	all := make([]*semengine.Engine, 0, len(e.sems))
-	for _, s := range e.sems {
-		all = append(all, s)
+	all := make([]*semengine.Engine, 0, len(e.nss))
+	for _, n := range e.nss {
+		all = append(all, n.sem)
 	}
 	e.mu.Unlock()
 	for _, s := range all {
@@ -91,6 +105,14 @@ func (e *Engines) Handle(r *Request) {
 		e.semop(r, true)
 	case SysSemctl:
 		e.semctl(r)
+	case SysMsgget:
+		e.msgget(r)
+	case SysMsgsnd:
+		e.msgsnd(r)
+	case SysMsgrcv:
+		e.msgrcv(r)
+	case SysMsgctl:
+		e.msgctl(r)
 	default:
 		r.Reply(0, unix.ENOSYS)
 	}

@@ -35,6 +35,10 @@ type Task struct {
 	// IPCNS is the inode of the task's kernel IPC namespace
 	// (/proc/<tid>/ns/ipc): it picks the engine namespace.
 	IPCNS uint64
+	// Thread is the thread's own pid handle when it does not lead its
+	// thread group (nil for the leader): msgrcv records it as msg_lrpid
+	// when a message is handed to it asleep, as Linux's task_pid.
+	Thread *ipcns.Pid
 
 	proc *process
 	// key is the pidfd's credential snapshot: a change means a setuid
@@ -335,6 +339,9 @@ func (r *Resolver) build(tid int) (*Task, error) {
 	}
 	t.proc = proc
 	t.Caller.Pid = proc.pid
+	if tid != t.Tgid && len(st.nspid) == len(st.nstgid) {
+		t.Thread = ipcns.NewPid(pidNS, st.nspid...)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -524,6 +531,7 @@ type status struct {
 	groups            []uint32
 	capEff            uint64
 	nstgid            []int32
+	nspid             []int32
 }
 
 func readStatus(dir string) (*status, error) {
@@ -583,6 +591,15 @@ func parseStatus(b []byte) (*status, error) {
 					break
 				}
 				st.nstgid = append(st.nstgid, int32(n))
+			}
+		case "NSpid":
+			for _, s := range f {
+				n, nerr := strconv.ParseInt(s, 10, 32)
+				if nerr != nil {
+					err = nerr
+					break
+				}
+				st.nspid = append(st.nspid, int32(n))
 			}
 		case "CapEff":
 			seen |= 16

@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
+	"golang.org/x/sys/unix"
+)
+
+// Layouts on x86_64 and arm64.
+const (
+	// mtypeSize is sizeof(msgbuf.mtype), a long.
+	mtypeSize = 8
+	// msqidDSSize is sizeof(struct msqid64_ds): ipc64_perm (48 bytes, as
+	// in semid64_ds), then msg_stime @48, msg_rtime @56, msg_ctime @64,
+	// msg_cbytes @72, msg_qnum @80, msg_qbytes @88, msg_lspid @96,
+	// msg_lrpid @100 and two unused longs.
+	msqidDSSize = 120
+	// msginfoSize is sizeof(struct msginfo): seven ints and an unsigned
+	// short, padded to 32 (the kernel zeroes and copies all 32).
+	msginfoSize = 32
+)
+
+// bindCheck is the TOCTOU check before an effect that cannot be undone
+// (a write into the caller, a create): a Task fresh from the cache is
+// bound to the notification already; a new one is checked with ID_VALID.
+func (r *Request) bindCheck() error {
+	if r.Bound() {
+		return nil
+	}
+	return r.Valid()
+}
+
+func (e *Engines) msgget(r *Request) {
+	eng := e.Msg(r.Task.IPCNS)
+	if err := r.Valid(); err != nil {
+		return
+	}
+	id, err := eng.Msgget(&r.Task.Caller, int32(r.Arg(0)), int(int32(r.Arg(1))))
+	r.Reply(int64(id), err)
+}
+
+// msgsnd follows ksys_msgsnd: mtype is read first (EFAULT), then
+// do_msgsnd checks msgsz, msqid and mtype (EINVAL), then the text is read
+// (EFAULT), then the engine checks the rest. A message is committed (the
+// answer sent) with the queue locked: a refused answer leaves the queue
+// as it was.
+func (e *Engines) msgsnd(r *Request) {
+	eng := e.Msg(r.Task.IPCNS)
+	msqid, msgp, msgsz, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int(int32(r.Arg(3)))
+	var mtype int64
+	var data []byte
+	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(eng.Namespace().Limits().MsgMax)) {
+		// One copy of mtype and text; the order of the errors only
+		// matters when it fails, and then the slow path below redoes it.
+		buf := make([]byte, mtypeSize+msgsz)
+		if r.Task.ReadMem(msgp, buf) == nil {
+			mtype = int64(binary.LittleEndian.Uint64(buf))
+			data = buf[mtypeSize:]
+		}
+	}
+	if data == nil {
+		var h [mtypeSize]byte
+		if err := r.Task.ReadMem(msgp, h[:]); err != nil {
+			r.Reply(0, err)
+			return
+		}
+		mtype = int64(binary.LittleEndian.Uint64(h[:]))
+		if err := eng.CheckSend(msqid, mtype, msgsz); err != nil {
+			r.Reply(0, err)
+			return
+		}
+		data = make([]byte, msgsz)
+		if err := r.Task.ReadMem(msgp+mtypeSize, data); err != nil {
+			r.Reply(0, err)
+			return
+		}
+	}
+	if err := r.bindCheck(); err != nil {
+		return
+	}
+	c := &r.Task.Caller
+	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Flags: flg, Commit: r.Deliver}
+	run := func(ctx context.Context, op *msgengine.SndOp) (int64, error) {
+		err := eng.Msgsnd(ctx, c, op)
+		if errors.Is(err, msgengine.ErrNotDelivered) {
+			return 0, nil // nobody to answer; already marked replied
+		}
+		return 0, err
+	}
+	// Try without sleeping on this goroutine first (see semop).
+	try := *op
+	try.Flags |= msgengine.IPCNoWait
+	val, err := run(context.Background(), &try)
+	if flg&msgengine.IPCNoWait != 0 || err != unix.EAGAIN || r.Replied() {
+		if !r.Replied() {
+			r.Reply(val, err)
+		}
+		return
+	}
+	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
+}
+
+// msgrcv follows do_msgrcv: msqid and msgsz (EINVAL), the MSG_COPY flags
+// (EINVAL), the MSG_COPY buffer read (EFAULT), then the engine. The
+// message is written into the caller's msgbuf (mtype, then the text) and
+// the call answered in the engine's Commit, with the queue locked: a
+// receiver that no longer waits leaves the message where it was. As in
+// Linux, a message whose copy-out fails is consumed and the call fails
+// with EFAULT.
+//
+// Exact delivery (ADDFD|SEND) cannot carry msgrcv's byte count, so the
+// answer is always a plain SEND.
+func (e *Engines) msgrcv(r *Request) {
+	eng := e.Msg(r.Task.IPCNS)
+	msqid, msgp, msgsz, msgtyp, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int64(r.Arg(3)), int(int32(r.Arg(4)))
+	if err := eng.CheckRecv(msqid, msgsz, flg); err != nil {
+		r.Reply(0, err)
+		return
+	}
+	if flg&msgengine.MsgCopy != 0 {
+		// prepare_copy: load_msg(msgp, min(msgsz, msgmax)).
+		n := min(msgsz, int64(uint32(eng.Namespace().Limits().MsgMax)))
+		if err := r.Task.ReadMem(msgp, make([]byte, n)); err != nil {
+			r.Reply(0, err)
+			return
+		}
+	}
+	c := &r.Task.Caller
+	op := &msgengine.RcvOp{MsqID: msqid, Size: msgsz, Type: msgtyp, Flags: flg, Thread: r.Task.Thread}
+	op.Commit = func(m *msgengine.Message) bool {
+		if r.done != nil {
+			// A sleeper handed a message later: its tid must still
+			// name it before anything is written there.
+			if err := r.Valid(); err != nil {
+				r.markGone(true)
+				return false
+			}
+		} else if r.bindCheck() != nil {
+			return false
+		}
+		var h [mtypeSize]byte
+		binary.LittleEndian.PutUint64(h[:], uint64(m.Type))
+		if _, err := r.Task.WriteMem2(msgp, h[:], m.Data); err != nil {
+			return r.Reply(0, err)
+		}
+		return r.Reply(int64(len(m.Data)), nil)
+	}
+	run := func(ctx context.Context, op *msgengine.RcvOp) (int64, error) {
+		m, err := eng.Msgrcv(ctx, c, op)
+		if errors.Is(err, msgengine.ErrNotDelivered) {
+			return 0, nil
+		}
+		return int64(len(m.Data)), err
+	}
+	try := *op
+	try.Flags |= msgengine.IPCNoWait
+	val, err := run(context.Background(), &try)
+	if flg&msgengine.IPCNoWait != 0 || err != unix.ENOMSG || r.Replied() {
+		if !r.Replied() {
+			r.Reply(val, err)
+		}
+		return
+	}
+	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
+}
+
+// msgctl follows ksys_msgctl: msqid < 0 or cmd < 0 is EINVAL, then per
+// command the engine's checks, then the copy (EFAULT) — except IPC_SET,
+// which copies msqid64_ds in first. Commands with IPC_64 (0x100) are
+// EINVAL: x86_64 and arm64 do not parse an IPC version.
+func (e *Engines) msgctl(r *Request) {
+	eng := e.Msg(r.Task.IPCNS)
+	c := &r.Task.Caller
+	msqid, cmd, buf := int32(r.Arg(0)), int(int32(r.Arg(1))), r.Arg(2)
+	if msqid < 0 || cmd < 0 {
+		r.Reply(0, unix.EINVAL)
+		return
+	}
+	le := binary.LittleEndian
+	switch cmd {
+	case ipcns.IPCInfo, msgengine.MsgInfo:
+		mi, maxIdx, err := eng.Info(msqid, cmd)
+		if err != nil {
+			r.Reply(0, err)
+			return
+		}
+		var b [msginfoSize]byte
+		for i, v := range []int32{mi.Msgpool, mi.Msgmap, mi.Msgmax, mi.Msgmnb, mi.Msgmni, mi.Msgssz, mi.Msgtql} {
+			le.PutUint32(b[i*4:], uint32(v))
+		}
+		le.PutUint16(b[28:], mi.Msgseg)
+		if err := r.bindCheck(); err != nil {
+			return
+		}
+		if err := r.Task.WriteMem(buf, b[:]); err != nil {
+			r.Reply(0, err)
+			return
+		}
+		r.Reply(int64(maxIdx), nil)
+	case ipcns.IPCStat, msgengine.MsgStat, msgengine.MsgStatAny:
+		ds, ret, err := eng.Stat(c, msqid, cmd)
+		if err != nil {
+			r.Reply(0, err)
+			return
+		}
+		var b [msqidDSSize]byte
+		putPerm(b[:], &ds.Perm)
+		le.PutUint64(b[48:], uint64(ds.Stime))
+		le.PutUint64(b[56:], uint64(ds.Rtime))
+		le.PutUint64(b[64:], uint64(ds.Ctime))
+		le.PutUint64(b[72:], ds.Cbytes)
+		le.PutUint64(b[80:], ds.Qnum)
+		le.PutUint64(b[88:], ds.Qbytes)
+		le.PutUint32(b[96:], uint32(ds.Lspid))
+		le.PutUint32(b[100:], uint32(ds.Lrpid))
+		if err := r.bindCheck(); err != nil {
+			return
+		}
+		if err := r.Task.WriteMem(buf, b[:]); err != nil {
+			r.Reply(0, err)
+			return
+		}
+		r.Reply(int64(ret), nil)
+	case ipcns.IPCSet:
+		var b [msqidDSSize]byte
+		if err := r.Task.ReadMem(buf, b[:]); err != nil {
+			r.Reply(0, err)
+			return
+		}
+		if err := r.Valid(); err != nil {
+			return
+		}
+		r.Reply(0, eng.Set(c, msqid, le.Uint32(b[4:]), le.Uint32(b[8:]), uint32(le.Uint16(b[20:])), le.Uint64(b[88:])))
+	case ipcns.IPCRmid:
+		if err := r.Valid(); err != nil {
+			return
+		}
+		r.Reply(0, eng.Remove(c, msqid))
+	default:
+		r.Reply(0, unix.EINVAL)
+	}
+}
+
+// putPerm writes struct ipc64_perm (48 bytes) at the start of b.
+func putPerm(b []byte, p *ipcns.Perm) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], uint32(p.Key))
+	le.PutUint32(b[4:], p.UID)
+	le.PutUint32(b[8:], p.GID)
+	le.PutUint32(b[12:], p.CUID)
+	le.PutUint32(b[16:], p.CGID)
+	le.PutUint16(b[20:], p.Mode)
+	le.PutUint16(b[24:], p.Seq)
+}

@@ -1,0 +1,39 @@
+package gateway_test
+
+import (
+	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+)
+
+// TestMsgDifferential runs testdata/msgprog.c (every message-queue call
+// and errno path, EFAULT positions, msqid64_ds and msginfo layouts,
+// permissions of an unprivileged child, lrpid of a message handed to a
+// sleeping thread) natively in a fresh IPC namespace and under the
+// gateway: the outputs must be identical.
+func TestMsgDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/msgprog.c")
+	native, err := harness.NativeCommand(bin).Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	trapped := serve(t, gateway.NewEngines(), bin)
+	diff(t, native, trapped)
+}
+
+// TestMsgSignalsDifferential runs testdata/sigprog.c's message cases:
+// a blocked msgrcv and msgsnd interrupted by a handler without and with
+// SA_RESTART (EINTR natively in both), a stop and continue (natively the
+// call resumes), an ignored signal and a stop with a SIGCONT handler;
+// the outputs must be identical natively and under the gateway.
+func TestMsgSignalsDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/sigprog.c")
+	native, err := harness.NativeCommand(bin, "msg").Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	trapped, g := serveWith(t, gateway.NewEngines(), nil, bin, "msg")
+	logStats(t, g)
+	diff(t, native, trapped)
+}
