@@ -86,8 +86,8 @@ func (r *Request) Bound() bool { return r.cached }
 // the first answer counts; it reports whether the kernel accepted the
 // answer. An accepted answer can still be discarded by the kernel if a
 // signal reaches the task at the same instant (the call is then
-// restarted or fails with EINTR): use Deliver for answers whose effect
-// must happen exactly once.
+// restarted or fails with EINTR): Deliver with Gateway.ExactDelivery
+// closes that window for answers of 0.
 func (r *Request) Reply(val int64, err error) bool {
 	if !r.replied.CompareAndSwap(false, true) {
 		return false
@@ -113,12 +113,15 @@ func (r *Request) Reply(val int64, err error) bool {
 }
 
 // Deliver answers the call with the return value 0 and reports whether
-// the task took it: when it returns false the task never saw the answer
-// and the caller must undo the call's effect. It is Reply(0, nil) made
-// exact: with Gateway.ExactDelivery (the default) it uses
-// seccompnotify.ReplyZeroConfirmed, closing the kernel window in which a
-// reply that SEND accepted is discarded because a signal woke the task at
-// the same time. Only the first answer counts.
+// the kernel accepted the answer: when it returns false the task never
+// saw it and the caller (an engine's Commit) must undo the call's effect,
+// which the engines do exactly. Only the first answer counts.
+//
+// By default it is a plain SEND (Reply(0, nil)): exact except in the
+// kernel's window where a SEND that returned 0 is discarded because a
+// signal woke the task at that instant (Stats.Repeats measures it). With
+// Gateway.ExactDelivery it uses seccompnotify.ReplyZeroConfirmed instead,
+// which closes that window at a cost (see ExactDelivery).
 func (r *Request) Deliver() bool {
 	if !r.g.ExactDelivery {
 		return r.Reply(0, nil)
@@ -336,7 +339,14 @@ type Gateway struct {
 	Logf func(format string, args ...any)
 
 	// ExactDelivery makes Request.Deliver confirm that the task took
-	// the answer (default true; see seccompnotify.ReplyZeroConfirmed).
+	// the answer (SECCOMP_IOCTL_NOTIF_ADDFD with SEND|SETFD replacing
+	// the task's fd 0 with a duplicate of itself; see
+	// seccompnotify.ReplyZeroConfirmed). Off by default: it costs 12-20
+	// µs per successful semop or msgsnd (the supervisor waits for the
+	// task to run), and it has side effects the task can see: POSIX
+	// record locks the process holds on fd 0's file are released, and
+	// FD_CLOEXEC on fd 0 is cleared. It only serves answers of 0 (semop,
+	// msgsnd); msgrcv always uses a plain SEND. Set it before Serve.
 	ExactDelivery bool
 	// RestartWindow is how long after a blocked call was interrupted a
 	// call with the same thread, number, arguments and instruction
@@ -357,7 +367,7 @@ type Gateway struct {
 
 // New returns a gateway serving h. ctx bounds the life of blocked calls.
 func New(ctx context.Context, h Handler) (*Gateway, error) {
-	g := &Gateway{h: h, PollInterval: 10 * time.Millisecond, SyncWakeUp: true, ExactDelivery: true,
+	g := &Gateway{h: h, PollInterval: 10 * time.Millisecond, SyncWakeUp: true,
 		RestartWindow: time.Second, ctx: ctx, waiting: make(map[*Request]struct{})}
 	res, err := NewResolver(func(pid *ipcns.Pid) {
 		// The process's blocked calls are gone with it: end them before

@@ -231,9 +231,9 @@ func TestSignalsDifferential(t *testing.T) {
 	diff(t, native, trapped)
 }
 
-// TestFuzzDifferential runs testdata/fuzzprog.c, random semaphore calls
-// with random pointers (NULL, kernel, guard page, straddling), sizes,
-// flags and commands, natively and under the gateway, for several seeds:
+// TestFuzzDifferential runs testdata/fuzzprog.c, random semaphore and
+// message-queue calls with random pointers (NULL, kernel, guard page,
+// straddling), sizes, flags and commands, natively and under the gateway, for several seeds:
 // every result, errno and the bytes written back must be identical, and
 // the gateway must go on serving (checked by the next seed's run).
 //

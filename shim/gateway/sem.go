@@ -169,11 +169,9 @@ func (e *Engines) semop(r *Request, timed bool) {
 		nowait = nowait && op.Sops[i].Flg&semengine.IPCNoWait != 0
 	}
 	// A new Task must be checked against the notification; a cached one
-	// is bound to it, and an answer the task does not take is undone.
-	if !r.Bound() || !r.g.ExactDelivery {
-		if err := r.Valid(); err != nil {
-			return
-		}
+	// is bound to it, and an answer the kernel refuses is undone.
+	if err := r.bindCheck(); err != nil {
+		return
 	}
 	// Deliver success with the set still locked: if the task has left,
 	// the engine undoes the operation exactly.

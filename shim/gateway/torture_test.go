@@ -45,12 +45,15 @@ func TestTorture(t *testing.T) {
 			t.Logf("trapped: %s", strings.TrimSpace(strings.ReplaceAll(string(out), "\n", " | ")))
 			logStats(t, g)
 			got := invariants(t, out)
-			if exact && got != want {
+			t.Logf("discarded-reply window hits (Stats.Repeats): %d", g.Stats.Repeats.Load())
+			switch {
+			case got == want:
+			case !exact && g.Stats.Repeats.Load() > 0:
+				// The kernel discarded an accepted plain SEND: the
+				// window the exact mode closes. Report, do not fail.
+				t.Logf("plain SEND broke an invariant in the kernel's window: %s", got)
+			default:
 				t.Errorf("invariants differ:\n native  %s\n trapped %s", want, got)
-			}
-			if !exact && got != want {
-				// A plain SEND is not exact: report, do not fail.
-				t.Logf("plain SEND broke an invariant (the kernel's window): %s", got)
 			}
 		})
 	}

@@ -1,5 +1,5 @@
-/* fuzzprog: random System V semaphore calls with random pointers, sizes,
- * flags and commands, from a fixed seed. Each call's result and errno
+/* fuzzprog: random System V semaphore and message-queue calls with random
+ * pointers, sizes, flags and commands, from a fixed seed. Each call's result and errno
  * are printed; the output must be identical natively and under the
  * gateway. Waits are made non-blocking (IPC_NOWAIT) so that the program
  * ends. usage: fuzzprog SEED COUNT */
@@ -11,13 +11,14 @@
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 static unsigned char *buf; /* 2 pages: the second is PROT_NONE */
 static long page;
-static int ids[8];
+static int ids[8], qids[4];
 
 static uint64_t rnd(void) { return ((uint64_t)random() << 33) ^ ((uint64_t)random() << 2) ^ random(); }
 
@@ -30,6 +31,31 @@ static uintptr_t ptr(void) {
 	case 4: return (uintptr_t)buf + page;                /* guard page */
 	default: return (uintptr_t)buf + (rnd() % 64);       /* valid */
 	}
+}
+
+static long msqid(void) {
+	switch (rnd() % 6) {
+	case 0: return -1;
+	case 1: return (long)(rnd() % 100000);
+	case 2: return (long)(int32_t)rnd();
+	default: return qids[rnd() % 4];
+	}
+}
+
+static long msgsize(void) {
+	switch (rnd() % 6) {
+	case 0: return 0;
+	case 1: return -1;
+	case 2: return 8192 + rnd() % 3;
+	case 3: return (long)(rnd() % 5000);
+	default: return (long)(rnd() % 64);
+	}
+}
+
+/* a small valid mtype at p, when p is in the valid page */
+static void set_mtype(uintptr_t p) {
+	if (p >= (uintptr_t)buf && p + 8 <= (uintptr_t)buf + page && rnd() % 4)
+		*(long *)p = rnd() % 3 ? (long)(1 + rnd() % 5) : (long)(int32_t)rnd();
 }
 
 static long semid(void) {
@@ -50,6 +76,8 @@ int main(int argc, char **argv) {
 	mprotect(buf + page, page, PROT_NONE);
 	for (int i = 0; i < 8; i++)
 		ids[i] = semget(IPC_PRIVATE, 1 + i, 0600);
+	for (int i = 0; i < 4; i++)
+		qids[i] = msgget(IPC_PRIVATE, 0600);
 	for (int i = 0; i < n; i++) {
 		long r = 0, a0, a1, a2, a3;
 		int is_stat = 0;
@@ -60,7 +88,57 @@ int main(int argc, char **argv) {
 		for (int j = 0; j + 6 <= page; j += 6)
 			buf[j + 5] |= IPC_NOWAIT >> 8;
 		errno = 0;
-		switch (rnd() % 4) {
+		int kind = rnd() % 8;
+		switch (kind < 4 ? kind : 4 + rnd() % 4) {
+		case 4:
+			what = "msgget";
+			a2 = a3 = 0;
+			a0 = rnd() % 3 ? (long)(rnd() % 8) : IPC_PRIVATE;
+			a1 = (long)(rnd() % 2 ? (IPC_CREAT | 0600) : (int32_t)rnd() & 0xffff);
+			r = syscall(SYS_msgget, a0, a1);
+			if (r >= 0)
+				qids[rnd() % 4] = r;
+			break;
+		case 5:
+			what = "msgsnd";
+			a0 = msqid();
+			a1 = ptr();
+			set_mtype(a1);
+			a2 = msgsize();
+			a3 = IPC_NOWAIT | (rnd() % 2 ? 0 : (long)((int32_t)rnd() & ~IPC_NOWAIT & 0xffff));
+			r = syscall(SYS_msgsnd, a0, a1, a2, a3);
+			break;
+		case 6: {
+			static const long flags[] = {0, MSG_NOERROR, MSG_EXCEPT, MSG_COPY, MSG_COPY | MSG_NOERROR, MSG_COPY | MSG_EXCEPT};
+			long typ = rnd() % 3 ? (long)(rnd() % 7) - 3 : (long)rnd();
+			what = "msgrcv";
+			a0 = msqid();
+			a1 = ptr();
+			a2 = msgsize();
+			a3 = typ;
+			/* never sleeps: IPC_NOWAIT except, rarely, a MSG_COPY
+			 * without it (EINVAL) */
+			long f = flags[rnd() % 6] | (rnd() % 8 ? IPC_NOWAIT : 0);
+			if (!(f & IPC_NOWAIT) && !(f & MSG_COPY))
+				f |= IPC_NOWAIT;
+			r = syscall(SYS_msgrcv, a0, a1, a2, typ, f);
+			break;
+		}
+		case 7: {
+			static const int cmds[] = {0, 1, 2, 3, 11, 12, 13, 99, 0x100 | 2, -1};
+			what = "msgctl";
+			a0 = msqid();
+			a1 = cmds[rnd() % 10];
+			a2 = 0;
+			a3 = (long)ptr();
+			if (a1 == 0) /* IPC_RMID of a live queue: rarely */
+				a0 = rnd() % 8 ? -1 : a0;
+			r = syscall(SYS_msgctl, a0, a1, a3);
+			is_stat = a1 == IPC_STAT || a1 == MSG_STAT || a1 == MSG_STAT_ANY;
+			if (r >= 0 && is_stat && a3 >= (long)(uintptr_t)buf && a3 + 104 <= (long)(uintptr_t)buf + page)
+				memset((char *)(uintptr_t)a3 + 96, 0, 8); /* lspid, lrpid */
+			break;
+		}
 		case 0:
 			what = "semget";
 			a3 = 0;
