@@ -69,10 +69,18 @@ func kernelSetup(b *testing.B, n int, vals []uint16) (func(int) func([]Sembuf) e
 	semop := func(int) func([]Sembuf) error {
 		return func(sops []Sembuf) error {
 			ks := *(*[]kernelipc.Sembuf)(unsafe.Pointer(&sops))
-			if _, e := kernelipc.Semtimedop(id, ks, nil); e != 0 {
+			for {
+				_, e := kernelipc.Semtimedop(id, ks, nil)
+				switch e {
+				case 0:
+					return nil
+				case unix.EINTR:
+					// The Go runtime's preemption signal interrupts a
+					// sleeping semop; a C program would not see it.
+					continue
+				}
 				return e
 			}
-			return nil
 		}
 	}
 	run := func(workers int, f func(int)) {
@@ -199,13 +207,14 @@ func BenchmarkScaling(b *testing.B) {
 	for _, side := range benchSides() {
 		for _, workers := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/workers=%d", side.name, workers), func(b *testing.B) {
-				semop, run, done := side.setup(b, 2, []uint16{1, 1})
+				semop, run, done := side.setup(b, 4, []uint16{1, 1, 1, 1})
 				defer done()
 				b.ResetTimer()
 				start := time.Now()
 				run(workers, func(w int) {
 					op := semop(w)
-					lock, unlock := []Sembuf{{Num: uint16(w), Op: -1}}, []Sembuf{{Num: uint16(w), Op: 1}}
+					num := uint16(w) // adjacent semaphores: neighbouring cache lines
+					lock, unlock := []Sembuf{{Num: num, Op: -1}}, []Sembuf{{Num: num, Op: 1}}
 					for i := 0; i < b.N; i++ {
 						if op(lock) != nil || op(unlock) != nil {
 							b.Error("semop failed")
@@ -220,11 +229,18 @@ func BenchmarkScaling(b *testing.B) {
 }
 
 // BenchmarkComplexMix is two workers doing simple pairs on their own
-// semaphores where one operation in 64 is a complex one over both: each
-// complex operation puts the set in whole-set lock mode. With hysteresis
-// the set stays there for a few operations instead of flipping back and
-// forth; "nohysteresis" leaves at the first chance.
+// semaphores of a 256-semaphore set, where one operation in 32 is a complex
+// one (over the worker's semaphore and another): each complex operation
+// puts the set in whole-set lock mode, and entering it sweeps all 256
+// per-semaphore locks. With hysteresis the set stays in whole-set mode for
+// a few operations instead of sweeping at every complex operation;
+// "nohysteresis" leaves at the first chance.
 func BenchmarkComplexMix(b *testing.B) {
+	const nsems = 256
+	vals := make([]uint16, nsems)
+	for i := range vals {
+		vals[i] = 10
+	}
 	sides := benchSides()
 	for _, side := range []struct {
 		bside
@@ -234,17 +250,18 @@ func BenchmarkComplexMix(b *testing.B) {
 			old := globalLockHysteresis
 			globalLockHysteresis = side.hyst
 			defer func() { globalLockHysteresis = old }()
-			semop, run, done := side.setup(b, 2, []uint16{10, 10})
+			semop, run, done := side.setup(b, nsems, vals)
 			defer done()
 			b.ResetTimer()
 			run(2, func(w int) {
 				op := semop(w)
-				lock, unlock := []Sembuf{{Num: uint16(w), Op: -1}}, []Sembuf{{Num: uint16(w), Op: 1}}
-				both := []Sembuf{{Num: 0, Op: -1}, {Num: 1, Op: -1}}
-				bothBack := []Sembuf{{Num: 0, Op: 1}, {Num: 1, Op: 1}}
+				mine, other := uint16(w), uint16(128+w)
+				lock, unlock := []Sembuf{{Num: mine, Op: -1}}, []Sembuf{{Num: mine, Op: 1}}
+				both := []Sembuf{{Num: mine, Op: -1}, {Num: other, Op: -1}}
+				bothBack := []Sembuf{{Num: mine, Op: 1}, {Num: other, Op: 1}}
 				for i := 0; i < b.N; i++ {
 					l, u := lock, unlock
-					if i%64 == 63 {
+					if i%32 == 31 {
 						l, u = both, bothBack
 					}
 					if op(l) != nil || op(u) != nil {
