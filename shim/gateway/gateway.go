@@ -64,6 +64,8 @@ type Request struct {
 	// stopped is set when the task was seen stopped after its
 	// notification went: the kernel will restart the call on SIGCONT.
 	stopped atomic.Bool
+
+	obsStart int64 // observe.go
 }
 
 // Arg returns the i-th argument register.
@@ -98,6 +100,7 @@ func (r *Request) Reply(val int64, err error) bool {
 		errno = unix.EIO
 	}
 	serr := r.l.Reply(r.Notif.ID, val, errno)
+	r.g.observeReply(r, errno, serr)
 	if serr != nil {
 		if seccompnotify.IsGone(serr) {
 			r.sendRefused()
@@ -363,6 +366,8 @@ type Gateway struct {
 	// mu guards waiting.
 	mu      sync.Mutex
 	waiting map[*Request]struct{} // blocked calls
+
+	obs Observer // observe.go
 }
 
 // New returns a gateway serving h. ctx bounds the life of blocked calls.
@@ -451,6 +456,7 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 		return
 	}
 	r := &Request{Notif: n, Sysno: sys, Task: t, l: l, g: g, cached: hit}
+	g.observeStart(r)
 	if g.restart(r) {
 		return
 	}
