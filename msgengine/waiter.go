@@ -3,6 +3,7 @@ package msgengine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"golang.org/x/sys/unix"
@@ -37,6 +38,9 @@ type waiter struct {
 	rCommit func(*Message) bool
 	thread  *ipcns.Pid
 	got     Message
+
+	// since is when it first went to sleep (introspect.go).
+	since time.Time
 
 	status int           // statusPending, 0, statusUndelivered or an errno
 	wake   chan struct{} // buffered; a send says status is final
@@ -116,6 +120,9 @@ func (l *waitList) takeAll() waitList {
 // cancelled (a signal: EINTR), and leaves the final status in w. The
 // caller holds q.mu; sleep releases it.
 func (q *Queue) sleep(w *waiter, list *waitList) {
+	if w.since.IsZero() {
+		w.since = time.Now()
+	}
 	q.mu.Unlock()
 	select {
 	case <-w.wake:

@@ -1,0 +1,116 @@
+package msgengine
+
+import (
+	"time"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+)
+
+// Introspection for host tools (ipcctl, metrics): one queue at a time
+// under its lock, as IPC_STAT, never on the trapped path.
+
+// QueueInfo is one message queue: what IPC_STAT reports (with pid
+// handles, for the reader to translate), its waiters and its memory
+// reservation.
+type QueueInfo struct {
+	ID                  int32
+	Perm                ipcns.Perm
+	Stime, Rtime, Ctime int64
+	Cbytes, Qnum        uint64
+	Qbytes              uint64
+	Lspid, Lrpid        *ipcns.Pid
+	Senders, Receivers  int
+	// Reserved is the payload room the queue holds from the namespace's
+	// budget of msgmni × msgmnb bytes (reserve.go).
+	Reserved int64
+}
+
+// Queues returns every queue of the namespace in index order.
+func (e *Engine) Queues() []QueueInfo {
+	var out []QueueInfo
+	for _, q := range e.ids.All() {
+		q.mu.Lock()
+		if !q.Deleted() {
+			qi := QueueInfo{ID: q.ID(), Perm: *q.Perm(), Stime: q.stime, Rtime: q.rtime, Ctime: q.ctime,
+				Cbytes: uint64(q.cbytes.Load()), Qnum: uint64(q.qnum.Load()), Qbytes: q.qbytes,
+				Lspid: q.lspid, Lrpid: q.lrpid, Reserved: q.reserved}
+			for w := q.senders.head; w != nil; w = w.next {
+				qi.Senders++
+			}
+			for w := q.receivers.head; w != nil; w = w.next {
+				qi.Receivers++
+			}
+			out = append(out, qi)
+		}
+		q.mu.Unlock()
+	}
+	return out
+}
+
+// WaiterInfo is a sleeping msgsnd or msgrcv.
+type WaiterInfo struct {
+	MsqID int32
+	// Send is true for a sender (waiting for room), false for a receiver
+	// (waiting for a matching message).
+	Send bool
+	Pid  *ipcns.Pid
+	// Thread is the sleeping thread's own handle when it does not lead
+	// its thread group (receivers only), nil otherwise.
+	Thread *ipcns.Pid
+	// Type is the sender's mtype, or the receiver's msgtyp as the caller
+	// passed it (0: any; > 0: that type, or any other with MSG_EXCEPT;
+	// < 0: the lowest type up to -msgtyp; with MSG_COPY an index).
+	Type int64
+	// Mode names the receiver's search: "any", "equal", "except",
+	// "lessequal" or "copy"; empty for a sender.
+	Mode string
+	// Size is the sender's message size or the receiver's msgsz.
+	Size  int64
+	Since time.Time
+}
+
+// Waiters returns every sleeping msgsnd and msgrcv of the namespace, queue
+// by queue in index order, senders first, each list in queue order.
+func (e *Engine) Waiters() []WaiterInfo {
+	var out []WaiterInfo
+	for _, q := range e.ids.All() {
+		q.mu.Lock()
+		for w := q.senders.head; w != nil; w = w.next {
+			out = append(out, WaiterInfo{MsqID: q.ID(), Send: true, Pid: w.caller.Pid, Type: w.mtype,
+				Size: int64(len(w.data)), Since: w.since})
+		}
+		for w := q.receivers.head; w != nil; w = w.next {
+			wi := WaiterInfo{MsqID: q.ID(), Pid: w.caller.Pid, Type: w.typ, Size: w.size, Since: w.since}
+			if w.thread != w.caller.Pid {
+				wi.Thread = w.thread
+			}
+			switch w.mode {
+			case searchAny:
+				wi.Mode = "any"
+			case searchEqual:
+				wi.Mode = "equal"
+			case searchNotEqual:
+				wi.Mode = "except"
+			case searchLessEqual:
+				wi.Mode, wi.Type = "lessequal", -w.typ
+			case searchNumber:
+				wi.Mode = "copy"
+			}
+			out = append(out, wi)
+		}
+		q.mu.Unlock()
+	}
+	return out
+}
+
+// Usage returns what the namespace holds: queues (against MSGMNI),
+// queued messages and bytes, and the payload room reserved from the
+// namespace's budget of msgmni × msgmnb bytes.
+func (e *Engine) Usage() (queues int, msgs, bytes, reserved int64) {
+	for _, q := range e.ids.All() {
+		queues++
+		msgs += q.qnum.Load()
+		bytes += q.cbytes.Load()
+	}
+	return queues, msgs, bytes, e.reserved.Load()
+}
