@@ -9,6 +9,8 @@ cd "$root"
 [ "$(id -u)" = 0 ] || { echo "bench: needs root" >&2; exit 1; }
 N=${N:-20000}
 STARTS=${STARTS:-7}
+SNG_T=${SNG_T:-5}
+deb=${DEBIAN_ROOTFS:-$root/build/debian-rootfs}
 tmp=$(mktemp -d /tmp/shim-ipc-bench.XXXXXX)
 cleanup() { SHIM_BIN="$root/build/bin" scripts/containerd-env.sh stop "$tmp/d" || true; rm -rf "$tmp"; }
 trap cleanup EXIT
@@ -16,7 +18,7 @@ scripts/make-rootfs.sh "$tmp/rootfs"
 eval "$(SHIM_BIN="$root/build/bin" scripts/containerd-env.sh start "$tmp/d")"
 ctr="$CTR -a $CONTAINERD_ADDRESS -n bench"
 run() { # runtime id script
-  $ctr run --rm --env PATH=/bin --runtime "$1" --rootfs "$tmp/rootfs" "$2" /bin/sh -c "$3" 2>/dev/null
+  $ctr run --rm --env PATH=/bin --runtime "$1" --rootfs "$tmp/rootfs" "$2" /bin/sh -c "$3" 2> >(grep -v DEPRECATION >&2)
 }
 script="
 ipct semget 1 1 create >/dev/null; ipct setval 1 0 1 >/dev/null
@@ -26,7 +28,7 @@ t0=\$(ipct now)
 ipct semloop 1 $N >/dev/null & ipct semloop 1 $N >/dev/null & wait
 echo two=\$(( (\$(ipct now) - t0) / 1000000 ))
 if ipct msgget 2 create >/dev/null 2>&1; then
-  ipct pingpong 2 $((N/4)) pong & echo ping=\$(ipct pingpong 2 $((N/4)) ping); wait
+  timeout 120 ipct pingpong 2 $((N/4)) pong & echo ping=\$(timeout 120 ipct pingpong 2 $((N/4)) ping); wait
 else echo ping=ENOSYS; fi
 "
 declare -A R
@@ -38,6 +40,14 @@ for rt in io.containerd.runc.v2 io.containerd.ipc.v2; do
     t0=$(date +%s%N); run $rt "s$i-${rt//./-}" true; ts+=($(( ($(date +%s%N) - t0) / 1000000 )))
   done
   R[$rt.start]=$(printf '%s\n' "${ts[@]}" | sort -n | sed -n "$(( (STARTS+1)/2 ))p")
+  R[$rt.sng]=- R[$rt.sngmsg]=-
+  if [ -x "$deb/usr/bin/stress-ng" ]; then
+    for s in sem-sysv msg; do
+      v=$($ctr run --rm --runtime $rt --rootfs "$deb" "sng-$s-${rt//./-}" /usr/bin/stress-ng --$s 2 -t "$SNG_T" --metrics-brief 2>&1 |
+        awk -v s=$s '$4==s && $5 ~ /^[0-9]+$/ {printf "%.0f", $9}')
+      [ "$s" = msg ] && R[$rt.sngmsg]=${v:-ENOSYS} || R[$rt.sng]=${v:--}
+    done
+  fi
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.1fx", b/a; else print "-" }'; }
 r=io.containerd.runc.v2 i=io.containerd.ipc.v2
@@ -47,4 +57,6 @@ echo "| semop -1/+1 pair, 1 process | ${R[$r.one]} ns | ${R[$i.one]} ns | $(rati
 echo "| same with SEM_UNDO | ${R[$r.undo]} ns | ${R[$i.undo]} ns | $(ratio ${R[$r.undo]} ${R[$i.undo]}) |"
 echo "| 2 processes lock/unlock, N pairs each | ${R[$r.two]} ms | ${R[$i.two]} ms | $(ratio ${R[$r.two]} ${R[$i.two]}) |"
 echo "| msgsnd/msgrcv ping-pong, 8 bytes, per round trip | ${R[$r.ping]} ns | ${R[$i.ping]} ns | $(ratio ${R[$r.ping]} ${R[$i.ping]}) |"
+echo "| stress-ng --sem-sysv 2, ${SNG_T}s, bogo ops/s | ${R[$r.sng]} | ${R[$i.sng]} | $(ratio ${R[$i.sng]} ${R[$r.sng]}) slower |"
+echo "| stress-ng --msg 2, ${SNG_T}s, bogo ops/s | ${R[$r.sngmsg]} | ${R[$i.sngmsg]} | $(ratio ${R[$i.sngmsg]} ${R[$r.sngmsg]}) slower |"
 echo "| container start (ctr run --rm true, median of $STARTS) | ${R[$r.start]} ms | ${R[$i.start]} ms | $(ratio ${R[$r.start]} ${R[$i.start]}) |"

@@ -61,7 +61,19 @@ func semget(key int64, nsems int, flg int) (int, error) {
 	return int(r), nil
 }
 
+// The blocking calls are retried on EINTR: the Go runtime's preemption
+// signal (SIGURG) interrupts them, and semop/msgrcv/msgsnd are never
+// restarted after a signal handler (man 7 signal).
+
 func semop(id int, sops []sembuf) error {
+	for {
+		if err := semop1(id, sops); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func semop1(id int, sops []sembuf) error {
 	_, _, e := unix.Syscall(unix.SYS_SEMOP, uintptr(id), uintptr(unsafe.Pointer(&sops[0])), uintptr(len(sops)))
 	if e != 0 {
 		return e
@@ -86,6 +98,14 @@ func msgget(key int64, flg int) (int, error) {
 }
 
 func msgsnd(id int, typ int64, text string, flg int) error {
+	for {
+		if err := msgsnd1(id, typ, text, flg); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func msgsnd1(id int, typ int64, text string, flg int) error {
 	b := make([]byte, 8+len(text))
 	*(*int64)(unsafe.Pointer(&b[0])) = typ
 	copy(b[8:], text)
@@ -97,6 +117,15 @@ func msgsnd(id int, typ int64, text string, flg int) error {
 }
 
 func msgrcv(id int, typ int64, flg int) (int64, string, error) {
+	for {
+		t, s, err := msgrcv1(id, typ, flg)
+		if err != unix.EINTR {
+			return t, s, err
+		}
+	}
+}
+
+func msgrcv1(id int, typ int64, flg int) (int64, string, error) {
 	b := make([]byte, 8+8192)
 	r, _, e := unix.Syscall6(unix.SYS_MSGRCV, uintptr(id), uintptr(unsafe.Pointer(&b[0])), 8192, uintptr(typ), uintptr(flg), 0)
 	if e != 0 {
