@@ -1,0 +1,49 @@
+// Package control is the shim's read-only control endpoint and the
+// host tool's view of it: what every shim on the node serves, found
+// without asking containerd.
+//
+// # Discovery and transport
+//
+// Each shim process listens on a unix socket
+// /run/containerd-shim-ipc/control/<id>.sock (Dir; <id> is the same hash
+// that names the shim's seccomp listener socket, so one shim has one of
+// each) and serves HTTP/1.1 on it:
+//
+//	GET /v1/state    the Snapshot below, as JSON
+//	GET /metrics     Prometheus text format (client_golang)
+//	GET /healthz     "ok"
+//
+// ipcctl lists Dir, dials each socket and merges the answers; a socket
+// nobody answers on (a shim killed without cleanup) is reported and
+// skipped. The directory is 0700 and the sockets 0600: only root on the
+// host reads IPC keys, pids and queue contents' sizes, as only root can
+// read another IPC namespace's /proc/sysvipc.
+//
+// Why JSON over HTTP and not ttrpc: the endpoint is read-only and queried
+// by people and scripts, not by containerd; `curl --unix-socket` works on
+// it with nothing else installed, the same server carries the Prometheus
+// text format (which is HTTP), and there is no protobuf to generate and
+// version. The snapshot is small (objects and sleepers of one shim's
+// pods) and built only when asked, never on the trapped path.
+//
+// # Metrics
+//
+// A Prometheus server cannot scrape a unix socket, and a node runs one
+// shim per pod, so no shim opens a TCP port: `ipcctl metrics` prints the
+// merged metrics of every shim on the node, and `ipcctl exporter -listen
+// ADDR` serves them over HTTP for a node-level scrape (run it from a
+// DaemonSet with hostPID and /run mounted). Every series carries the
+// engine namespace's labels (ipc_ns inode, pod, pod_namespace), so the
+// shims' series never collide.
+package control
+
+import "path/filepath"
+
+// Dir is where the shims' control sockets live.
+const Dir = "/run/containerd-shim-ipc/control"
+
+// SocketPath returns the control socket of the shim whose seccomp
+// listener socket is listenerSock (/run/containerd-shim-ipc/<id>.sock).
+func SocketPath(listenerSock string) string {
+	return filepath.Join(Dir, filepath.Base(listenerSock))
+}
