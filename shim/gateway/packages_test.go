@@ -10,7 +10,8 @@ import (
 )
 
 // TestPackagesDifferential runs programs built on the System V calls by
-// others (Debian's perl IPC::SysV, python3-sysv-ipc, php-cli sysvsem)
+// others (Debian's perl IPC::SysV and IPC::Msg, python3-sysv-ipc, php-cli
+// sysvsem and sysvmsg)
 // natively in a fresh IPC namespace and under the gateway: outputs must
 // be identical. scripts/install-deps.sh installs them; missing ones skip.
 func TestPackagesDifferential(t *testing.T) {
@@ -18,13 +19,20 @@ func TestPackagesDifferential(t *testing.T) {
 		{"perl", "perl", "testdata/semtest.pl", ""},
 		{"python3-sysv-ipc", "/usr/bin/python3", "testdata/semtest.py", "import sysv_ipc"},
 		{"php-sysvsem", "php", "testdata/semtest.php", ""},
+		{"perl-msg", "perl", "testdata/msgtest.pl", ""},
+		{"python3-sysv-ipc-msg", "/usr/bin/python3", "testdata/msgtest.py", "import sysv_ipc"},
+		{"php-sysvmsg", "php", "testdata/msgtest.php", "exit(function_exists('msg_get_queue') ? 0 : 1);"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := exec.LookPath(c.interp); err != nil {
 				t.Skipf("%s not installed", c.interp)
 			}
 			if c.check != "" {
-				if err := exec.Command(c.interp, "-c", c.check).Run(); err != nil {
+				flag := "-c"
+				if c.interp == "php" {
+					flag = "-r"
+				}
+				if err := exec.Command(c.interp, flag, c.check).Run(); err != nil {
 					t.Skipf("%s: %v", c.check, err)
 				}
 			}
@@ -38,8 +46,8 @@ func TestPackagesDifferential(t *testing.T) {
 	}
 }
 
-// TestStressNG runs stress-ng's sem-sysv stressor with --verify natively
-// and under the gateway: both must complete successfully.
+// TestStressNG runs stress-ng's sem-sysv and msg stressors with --verify
+// natively and under the gateway: both must complete successfully.
 func TestStressNG(t *testing.T) {
 	if _, err := exec.LookPath("stress-ng"); err != nil {
 		t.Skip("stress-ng not installed")
@@ -48,18 +56,19 @@ func TestStressNG(t *testing.T) {
 	if testing.Short() {
 		ops = "3000"
 	}
-	argv := []string{"stress-ng", "--sem-sysv", "2", "--sem-sysv-ops", ops, "--verify", "-t", "60"}
-	ncmd := harness.NativeCommand(argv...)
-	nout, err := ncmd.Output()
-	if err != nil {
-		t.Skipf("native stress-ng: %v\n%s", err, nout)
-	}
-	cmd := argv
-	tout := serve(t, gateway.NewEngines(), cmd...)
-	_ = tout
-	// serve fails the test on a non-zero exit; stress-ng reports to
-	// stderr, which serve passes through.
-	if strings.Contains(string(tout), "fail") {
-		t.Fatalf("stress-ng: %s", tout)
+	for _, stressor := range []string{"sem-sysv", "msg"} {
+		t.Run(stressor, func(t *testing.T) {
+			argv := []string{"stress-ng", "--" + stressor, "2", "--" + stressor + "-ops", ops, "--verify", "-t", "60"}
+			nout, err := harness.NativeCommand(argv...).Output()
+			if err != nil {
+				t.Skipf("native stress-ng: %v\n%s", err, nout)
+			}
+			// serve fails the test on a non-zero exit; stress-ng
+			// reports to stderr, which serve passes through.
+			tout := serve(t, gateway.NewEngines(), argv...)
+			if strings.Contains(string(tout), "fail") {
+				t.Fatalf("stress-ng: %s", tout)
+			}
+		})
 	}
 }
