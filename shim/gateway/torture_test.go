@@ -28,8 +28,20 @@ func invariants(t *testing.T, out []byte) string {
 // gateway, with exact delivery and, to measure the kernel's window, with
 // a plain SEND.
 func TestTorture(t *testing.T) {
+	torture(t, "sem")
+}
+
+// TestTortureMsg is TestTorture's message mode: workers pass numbered
+// messages through a small queue (blocking msgsnd and msgrcv) under the
+// same signals, stops and kills; no message may be received twice, and
+// no more may be lost than workers were killed.
+func TestTortureMsg(t *testing.T) {
+	torture(t, "msg")
+}
+
+func torture(t *testing.T, mode string) {
 	bin := buildC(t, "testdata/torture.c")
-	args := []string{bin, "6", "3000", "7"}
+	args := []string{bin, "6", "3000", "7", mode}
 	if testing.Short() {
 		args[2] = "800"
 	}

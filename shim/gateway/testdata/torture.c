@@ -6,7 +6,13 @@
  *   no lock timeouts (a lost unit would starve everyone),
  * and counters that vary between runs (ops, EINTRs, kills).
  *
- * usage: torture WORKERS MILLISECONDS SEED */
+ * With a fourth argument "msg" the workers instead pass numbered messages
+ * through a small queue (half send, half receive, each retrying on
+ * EINTR), and the invariants are: no message received twice, and no more
+ * messages lost than workers killed (a killed worker can lose the one it
+ * was handling).
+ *
+ * usage: torture WORKERS MILLISECONDS SEED [msg] */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -15,6 +21,7 @@
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,7 +39,13 @@ struct shared {
 	volatile long ops[MAXW];
 	volatile pid_t killed[4096];
 	volatile int nkilled;
+	/* msg mode */
+	volatile long next, eintr_snd, eintr_rcv;
+	volatile unsigned char sent[1 << 20], received[1 << 20];
 };
+#define MAXSEQ (1 << 20)
+static int msqid, msgmode;
+struct seqmsg { long type; long seq; };
 static struct shared *sh;
 static int semid;
 
@@ -43,6 +56,42 @@ static int was_killed(pid_t p) {
 		if (sh->killed[i] == p)
 			return 1;
 	return 0;
+}
+
+static void msg_worker(int w) {
+	/* Two buffers used in turn: consecutive calls of one thread never
+	 * have identical arguments, so the gateway counts restarts exactly. */
+	struct seqmsg m[2];
+	int b = 0;
+	while (!sh->stop) {
+		long r;
+		b ^= 1;
+		if (w % 2 == 0) {
+			long seq = __sync_fetch_and_add(&sh->next, 1);
+			if (seq >= MAXSEQ)
+				break;
+			m[b].type = 1 + seq % 3;
+			m[b].seq = seq;
+			sh->sent[seq] = 1;
+			while ((r = msgsnd(msqid, &m[b], sizeof(long), 0)) < 0 && errno == EINTR && !sh->stop)
+				__sync_fetch_and_add(&sh->eintr_snd, 1);
+			if (r < 0 && errno != EINTR)
+				__sync_fetch_and_add(&sh->eintr_other, 1);
+			if (r < 0)
+				sh->sent[seq] = 0; /* not sent (stopping) */
+			if (r == 0)
+				sh->ops[w]++;
+		} else {
+			while ((r = msgrcv(msqid, &m[b], sizeof(long), 0, 0)) < 0 && errno == EINTR && !sh->stop)
+				__sync_fetch_and_add(&sh->eintr_rcv, 1);
+			if (r == sizeof(long)) {
+				__sync_fetch_and_add(&sh->received[m[b].seq], 1);
+				sh->ops[w]++;
+			} else if (r >= 0 || errno != EINTR)
+				__sync_fetch_and_add(&sh->eintr_other, 1);
+		}
+	}
+	_exit(0);
 }
 
 static void worker(int w) {
@@ -56,6 +105,8 @@ static void worker(int w) {
 	/* Distinct sembuf addresses for lock and unlock: consecutive calls
 	 * of one thread never have identical arguments, so the gateway can
 	 * count restarts exactly. */
+	if (msgmode)
+		msg_worker(w);
 	struct sembuf lock = {0, -1, SEM_UNDO}, unlock = {0, 1, SEM_UNDO};
 	struct timespec to = {2, 0};
 	pid_t me = getpid();
@@ -98,8 +149,16 @@ int main(int argc, char **argv) {
 	srand(argc > 3 ? atoi(argv[3]) : 1);
 	if (n > MAXW) n = MAXW;
 	sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	msgmode = argc > 4 && strcmp(argv[4], "msg") == 0;
 	semid = semget(IPC_PRIVATE, 1, 0600);
 	semctl(semid, 0, SETVAL, 1);
+	if (msgmode) {
+		struct msqid_ds ds;
+		msqid = msgget(IPC_PRIVATE, 0600);
+		msgctl(msqid, IPC_STAT, &ds);
+		ds.msg_qbytes = 8 * sizeof(long);
+		msgctl(msqid, IPC_SET, &ds);
+	}
 	pid_t pids[MAXW];
 	for (int w = 0; w < n; w++)
 		pids[w] = spawn(w);
@@ -125,6 +184,31 @@ int main(int argc, char **argv) {
 		}
 	}
 	sh->stop = 1;
+	if (msgmode) {
+		/* Sleepers see stop on their next EINTR. */
+		for (int w = 0; w < n; w++) {
+			while (waitpid(pids[w], NULL, WNOHANG) == 0) {
+				kill(pids[w], SIGUSR2);
+				usleep(1000);
+			}
+		}
+		struct seqmsg m;
+		while (msgrcv(msqid, &m, sizeof(long), 0, IPC_NOWAIT) == sizeof(long))
+			sh->received[m.seq]++;
+		long dups = 0, lost = 0, n_sent = 0, n_rcvd = 0;
+		for (long i = 0; i < sh->next && i < MAXSEQ; i++) {
+			n_sent += sh->sent[i];
+			n_rcvd += sh->received[i] > 0;
+			dups += sh->received[i] > 1;
+			lost += sh->sent[i] && !sh->received[i];
+		}
+		printf("invariants: duplicated=%ld lost<=kills=%d other_errors=%ld\n", dups, lost <= sigs[3], sh->eintr_other);
+		printf("counts: sent=%ld received=%ld lost=%ld eintr_snd=%ld eintr_rcv=%ld sigusr1=%ld sigusr2=%ld stopcont=%ld kills=%ld\n",
+		       n_sent, n_rcvd, lost, sh->eintr_snd, sh->eintr_rcv, sigs[0], sigs[1], sigs[2], sigs[3]);
+		msgctl(msqid, IPC_RMID, NULL);
+		semctl(semid, 0, IPC_RMID);
+		return 0;
+	}
 	for (int w = 0; w < n; w++)
 		waitpid(pids[w], NULL, 0);
 	int val = semctl(semid, 0, GETVAL);
