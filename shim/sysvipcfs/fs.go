@@ -328,6 +328,7 @@ var _ = (fs.NodeGetattrer)((*dir)(nil))
 
 func (d *dir) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFDIR | 0o555
+	out.Nlink = 2
 	return 0
 }
 
@@ -365,6 +366,7 @@ var (
 func (f *file) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFREG | f.mode
 	out.Size = 0 // as procfs: the size is not known before the read
+	out.Nlink = 1
 	return 0
 }
 

@@ -140,7 +140,6 @@ func TestMountInNamespace(t *testing.T) {
 	}
 }
 
-
 // BenchmarkOpenRead is the cost of one open+read+close of a served file,
 // against the kernel's /proc/sysvipc/sem.
 func BenchmarkOpenRead(b *testing.B) {

@@ -38,9 +38,12 @@ type Service struct {
 	ns   *Namespaces
 	gw   *gateway.Gateway
 	sock string
+	view *Views // the in-container /proc view (view.go)
 
 	mu  sync.Mutex
 	srv *listener.Server // listening once the first trapped container is created
+
+	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
 }
 
 // NewService wraps runc's task service.
@@ -57,6 +60,9 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 	}
 	gw.Logf = func(f string, a ...any) { log.G(ctx).Warnf(f, a...) }
 	s := &Service{TTRPCTaskService: inner, ctx: ctx, ns: ns, gw: gw, sock: SocketPath()}
+	ns.OnCreate, ns.OnFree = s.publish, s.unpublish
+	s.view = NewViews(ns, gw.Resolver())
+	s.view.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
 	sd.RegisterCallback(func(context.Context) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -65,6 +71,7 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		}
 		return nil
 	})
+	s.startControl(sd)
 	return s, nil
 }
 
@@ -131,10 +138,21 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 	if err != nil {
 		return err
 	}
+	foreign := !s.ns.Local(id)
 	s.ns.Attach(id, ino)
+	s.noteProcess(id, pid)
 	log.G(ctx).WithField("container", id).Debugf("serving seccomp listener of pid %d (status %s), IPC namespace %d", pid, m.State.State.Status, ino)
 	go func() {
 		defer l.Close()
+		if foreign {
+			// A container of another shim: it leaves when its last
+			// listener is done (join.go).
+			defer func() {
+				if s.ns.Release(id) {
+					s.foreignLeft()
+				}
+			}()
+		}
 		if err := s.gw.Serve(s.ctx, l); err != nil && !errors.Is(err, context.Canceled) {
 			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
 		}
@@ -176,12 +194,22 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return nil, refuse(fmt.Errorf("the IPC namespace to join, %s: %w", plan.IPCPath, err))
 		}
 		if !s.ns.Known(st.Ino) {
-			err := &spec.Error{Msg: fmt.Sprintf("the container joins the IPC namespace %s, which this shim process does not serve: "+
-				"its System V objects live in another shim process (or in the kernel, for a container of another runtime). "+
-				"Run both containers in one shim group: the same pod, or the annotation io.containerd.runc.v2.group=<name> on both, "+
-				"with runtime io.containerd.ipc.v2", plan.IPCPath)}
-			lg.WithError(err).Error("container refused")
-			return nil, refuse(err)
+			// Served by another shim (join.go): runc hands this
+			// container's listeners to that shim.
+			owner := s.owner(st.Ino)
+			if owner == "" {
+				err := &spec.Error{Msg: fmt.Sprintf("the container joins the IPC namespace %s, which no io.containerd.ipc.v2 shim serves: "+
+					"its System V objects are the kernel's (a container of another runtime, or a namespace made outside containerd). "+
+					"Run the container that owns the namespace with runtime io.containerd.ipc.v2 too, or run this one with io.containerd.runc.v2", plan.IPCPath)}
+				lg.WithError(err).Error("container refused")
+				return nil, refuse(err)
+			}
+			sp.Linux.Seccomp.ListenerPath = owner
+			if err := spec.Save(r.Bundle, sp); err != nil {
+				return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
+			}
+			lg.Infof("trapping %v: joins IPC namespace %s, served by the shim listening on %s", plan.Notified, plan.IPCPath, owner)
+			return s.TTRPCTaskService.Create(ctx, r)
 		}
 	}
 	if plan.Trapped {
@@ -192,6 +220,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
 		}
 		s.ns.Prepare(r.ID, plan.Limits)
+		s.noteSpec(r.ID, sp)
 		lg.Infof("trapping %v (IPC namespace %s)", plan.Notified, orNew(plan.IPCPath))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
@@ -199,6 +228,9 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
+	}
+	if err == nil && plan.Trapped && Wanted(sp) {
+		s.attachView(ctx, r.ID, int(resp.Pid))
 	}
 	return resp, err
 }
@@ -215,7 +247,9 @@ func orNew(p string) string {
 func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
+		s.view.Detach(r.ID)
 		s.ns.Remove(r.ID)
+		s.forgetContainer(r.ID)
 	}
 	return resp, err
 }

@@ -1,0 +1,144 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The in-container view (shim/sysvipcfs, shim/task/view.go): util-linux's
+// ipcs, lsipc and ipcrm and the IPC sysctls inside a container under the
+// shim must read exactly as under runc, where the kernel serves them.
+
+// debianRootfs returns the Debian rootfs with util-linux and perl, or
+// skips.
+func debianRootfs(t *testing.T) string {
+	t.Helper()
+	rootfs := os.Getenv("DEBIAN_ROOTFS")
+	if rootfs == "" {
+		rootfs = filepath.Join(repoRoot(), "build", "debian-rootfs")
+	}
+	for _, b := range []string{"usr/bin/ipcs", "usr/bin/lsipc", "usr/bin/ipcrm", "usr/bin/perl", "sbin/sysctl"} {
+		if _, err := os.Stat(filepath.Join(rootfs, b)); err != nil {
+			t.Skipf("no Debian rootfs with %s: run scripts/make-debian-rootfs.sh", b)
+		}
+	}
+	return rootfs
+}
+
+// runDebian runs script in a new container of runtime rt on the Debian
+// rootfs, with integration/testdata at /t, and returns its output.
+func (e *env) runDebian(t *testing.T, rt, rootfs, script string, extra ...string) string {
+	t.Helper()
+	td, _ := filepath.Abs("testdata")
+	o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		extra: append([]string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}, extra...)}
+	args := o.runArgs(e, uniq(t, "view"))
+	args[len(args)-2] = rootfs
+	args = append([]string{args[0], "--rm"}, args[1:]...)
+	return e.ctrOK(t, append(args, "/bin/sh", "-c", script)...)
+}
+
+// bothRuntimes runs script under runc's shim and this one and returns the
+// two outputs, masked.
+func (e *env) bothRuntimes(t *testing.T, script string, mask func(string) string, extra ...string) (runc, ipc string) {
+	t.Helper()
+	rootfs := debianRootfs(t)
+	runc = e.runDebian(t, runtimeRunc, rootfs, script, extra...)
+	ipc = e.runDebian(t, runtimeIPC, rootfs, script, extra...)
+	t.Logf("%s:\n%s", runtimeRunc, runc)
+	t.Logf("%s:\n%s", runtimeIPC, ipc)
+	return mask(runc), mask(ipc)
+}
+
+var (
+	epochRe = regexp.MustCompile(`\b1[0-9]{9}\b`)                                                                  // /proc/sysvipc times
+	dateRe  = regexp.MustCompile(`(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}`) // ipcs -i, -t
+	hmsRe   = regexp.MustCompile(`\b\d\d:\d\d(:\d\d)?\b`)                                                           // lsipc, ipcs -t
+	monRe   = regexp.MustCompile(`\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ?[ 0-9]?\d\b`)
+)
+
+// maskTimes replaces times (which legitimately differ between two runs).
+func maskTimes(s string) string {
+	s = dateRe.ReplaceAllString(s, "DATE")
+	s = epochRe.ReplaceAllString(s, "EPOCH")
+	s = hmsRe.ReplaceAllString(s, "HH:MM")
+	return monRe.ReplaceAllString(s, "MON")
+}
+
+// diffLines reports the first differing lines of a and b.
+func diffLines(t *testing.T, what, a, b string) {
+	t.Helper()
+	if a == b {
+		return
+	}
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var d []string
+	for i := 0; i < max(len(al), len(bl)) && len(d) < 20; i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			d = append(d, fmt.Sprintf("line %d:\n  runc: %q\n  ipc:  %q", i+1, x, y))
+		}
+	}
+	t.Errorf("%s differs from runc's:\n%s", what, strings.Join(d, "\n"))
+}
+
+// pidsFrom100 makes the container's next pids 100, 101, ...: pids are
+// compared (sempid, lspid), and how many runc's setup consumed varies. Each
+// turn forks exactly one process.
+const pidsFrom100 = `while :; do /bin/true & n=$!; wait; [ $n -ge 99 ] && break; done
+`
+
+const viewObjects = pidsFrom100 + `p="perl /t/view.pl"
+$p semget 0x1234 3 0640; $p semget 0x1235 1 0600; $p semget private 2 0666
+$p setall 0 1 2 3; $p semop 0 1 -1
+$p msgget 0x2345 0640; $p msgget 0x2346 0600
+$p msgsnd 0 1 100; $p msgsnd 0 2 50; $p msgsnd 1 7 3000
+`
+
+// TestViewIpcs compares ipcs, lsipc, ipcrm and /proc/sysvipc inside a
+// container under both shims.
+func TestViewIpcs(t *testing.T) {
+	e := need(t)
+	script := viewObjects + `
+echo "== mounted"; grep -c ' /proc/sysvipc \| /proc/sys/kernel/sem ' /proc/self/mountinfo >/dev/null && echo yes
+echo "== /proc/sysvipc/sem"; cat /proc/sysvipc/sem
+echo "== /proc/sysvipc/msg"; cat /proc/sysvipc/msg
+echo "== /proc/sysvipc/shm"; cat /proc/sysvipc/shm
+echo "== ls"; ls -ld /proc/sysvipc /proc/sysvipc/* /proc/sys/kernel/sem /proc/sys/kernel/msg* /proc/sys/kernel/sem_next_id | sed 's/ [A-Z][a-z][a-z] .* / DATE /'
+echo "== ipcs"; ipcs
+echo "== ipcs -s"; ipcs -s
+echo "== ipcs -q"; ipcs -q
+echo "== ipcs -u"; ipcs -u
+echo "== ipcs -l"; ipcs -l
+echo "== ipcs -s -i 0"; ipcs -s -i 0
+echo "== ipcs -q -i 1"; ipcs -q -i 1
+echo "== ipcs -p"; ipcs -q -p
+echo "== ipcs -c"; ipcs -s -q -c
+echo "== ipcs -t"; ipcs -s -q -t
+echo "== lsipc"; lsipc
+echo "== lsipc -s"; lsipc -s
+echo "== lsipc -q"; lsipc -q
+echo "== lsipc -s -i 0"; lsipc -s -i 0
+echo "== lsipc -g"; lsipc -g
+echo "== ipcrm -s 0 -Q 0x2346"; ipcrm -s 0 -Q 0x2346; echo rc=$?
+ipcs -s -q
+echo "== ipcrm -a"; ipcrm -a; echo rc=$?
+ipcs -s -q; cat /proc/sysvipc/sem /proc/sysvipc/msg
+`
+	runc, ipc := e.bothRuntimes(t, script, maskTimes)
+	if !strings.Contains(ipc, "== mounted\nyes") {
+		t.Errorf("no /proc/sysvipc view mounted in the container under %s", runtimeIPC)
+	}
+	runc = strings.Replace(runc, "== mounted\n", "== mounted\nyes\n", 1)
+	diffLines(t, "the tools' output", runc, ipc)
+}
