@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -251,19 +252,61 @@ fi; true`}
 }
 
 // A container joining the IPC namespace of a container served by another
-// shim process would see other objects: it is refused, saying how to
-// group them.
-func TestRefuseJoinAcrossShims(t *testing.T) {
+// shim process shares its objects: its runc hands the listeners to the
+// owner's shim. The owner outlives its own container while it serves the
+// joiner, and the namespace is freed when both are gone.
+func TestJoinAcrossShims(t *testing.T) {
 	e := need(t)
-	a := uniq(t, "xa")
+	a, b := uniq(t, "xa"), uniq(t, "xb")
 	apid := e.start(t, a, opts{})
-	id := uniq(t, "xb")
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(apid)+"/ns/ipc", &st); err != nil {
+		t.Fatal(err)
+	}
+	// The owner publishes the namespace: /run/containerd-shim-ipc/ns/<inode>.
+	reg := "/run/containerd-shim-ipc/ns/" + strconv.FormatUint(st.Ino, 10)
+	want(t, e.exec(t, a, `ipct semget 0x6161 2 create; ipct semop 0x6161 0 3`), `^0\nok \d+\n$`)
+	if _, err := os.Readlink(reg); err != nil {
+		t.Fatalf("namespace not published: %v", err)
+	}
+	e.start(t, b, opts{extra: []string{"--with-ns", "ipc:/proc/" + strconv.Itoa(apid) + "/ns/ipc"}})
+	e.waitLog(t, `joins IPC namespace /proc/`+strconv.Itoa(apid)+`/ns/ipc, served by the shim listening on`)
+	want(t, e.exec(t, b, `ipct getval 0x6161 0; ipct getpid 0x6161 0; ipct semop 0x6161 1 1 >/dev/null; `+kernelSets), `^3\n0\nkernel-sets=0\n$`)
+	want(t, e.exec(t, a, `ipct getval 0x6161 1`), `^1\n$`)
+	// a's container goes first: b keeps the namespace, a's shim stays.
+	e.stop(t, a)
+	e.waitLog(t, `shutdown deferred: serving the IPC calls of 1 container`)
+	want(t, e.exec(t, b, `ipct getval 0x6161 0; ipct semop 0x6161 0 -1`), `^3\nok \d+\n$`)
+	// When b is gone the owner frees the namespace (unpublishes it) and
+	// runs the deferred shutdown: its process exits. (containerd no
+	// longer reads that shim's log by then.)
+	e.stop(t, b)
+	gone := func() bool {
+		_, err := os.Lstat(reg)
+		out, _ := exec.Command("pgrep", "-f", "containerd-shim-ipc-v2 .*-id "+a).Output()
+		return os.IsNotExist(err) && len(out) == 0
+	}
+	for i := 0; i < 100 && !gone(); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !gone() {
+		t.Fatal("after the last container left, the owner shim did not free the namespace and exit")
+	}
+}
+
+// Joining an IPC namespace that no ipc shim serves (a runc-shim
+// container's: its objects are the kernel's) is refused.
+func TestRefuseJoinKernelNamespace(t *testing.T) {
+	e := need(t)
+	a := uniq(t, "ka")
+	apid := e.start(t, a, opts{runtime: runtimeRunc})
+	id := uniq(t, "kb")
 	args := opts{extra: []string{"--with-ns", "ipc:/proc/" + strconv.Itoa(apid) + "/ns/ipc"}}.runArgs(e, id)
 	args = append([]string{args[0], "--rm"}, args[1:]...)
 	out, err := e.ctrCmd(30*time.Second, append(args, "/bin/true")...)
 	defer e.remove(id)
 	if err == nil {
-		t.Fatalf("container joining another shim's IPC namespace ran:\n%s", out)
+		t.Fatalf("container joining a kernel-served IPC namespace ran:\n%s", out)
 	}
-	want(t, out, `which this shim process does not serve.*io.containerd.runc.v2.group=`)
+	want(t, out, `which no io.containerd.ipc.v2 shim serves.*run this one with io.containerd.runc.v2`)
 }

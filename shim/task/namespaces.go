@@ -20,6 +20,9 @@ import (
 type Namespaces struct {
 	// Logf reports namespace life events; nil discards them.
 	Logf func(format string, args ...any)
+	// OnCreate and OnFree, if set, are called (with the mapping locked)
+	// when an engine namespace of a container is made and freed.
+	OnCreate, OnFree func(ino uint64)
 
 	mu    sync.RWMutex
 	ctrs  map[string]*member
@@ -29,6 +32,12 @@ type Namespaces struct {
 type member struct {
 	limits ipcns.Limits
 	ino    uint64 // 0 until runc sent the container's listener
+	// foreign marks a container of another shim process that joined an
+	// IPC namespace this shim serves (its runc was given this shim's
+	// socket). This shim never sees its Delete: it is a member while its
+	// listeners are served (listeners counts them).
+	foreign   bool
+	listeners int
 }
 
 type engineNS struct {
@@ -64,10 +73,13 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	defer n.mu.Unlock()
 	m := n.ctrs[id]
 	if m == nil {
-		// Not created through this shim's Create (cannot happen with
-		// containerd): serve it with Linux's defaults.
-		m = &member{limits: ipcns.DefaultLimits()}
+		// Not created through this shim's Create: a container of
+		// another shim joining one of this shim's IPC namespaces.
+		m = &member{limits: ipcns.DefaultLimits(), foreign: true}
 		n.ctrs[id] = m
+	}
+	if m.foreign {
+		m.listeners++
 	}
 	if m.ino != 0 && m.ino != ino {
 		n.logf("container %s: process in IPC namespace %d, container's is %d", id, ino, m.ino)
@@ -80,6 +92,9 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	if created {
 		e = newEngineNS(m.limits)
 		n.byIno[ino] = e
+		if n.OnCreate != nil {
+			n.OnCreate(ino)
+		}
 		n.logf("IPC namespace %d: new engine namespace for container %s, limits sem=%s msgmax=%d msgmnb=%d msgmni=%d",
 			ino, id, strings.ReplaceAll(m.limits.SemString(), "\t", " "), m.limits.MsgMax, m.limits.MsgMNB, m.limits.MsgMNI)
 	} else if e.limits != m.limits {
@@ -101,6 +116,10 @@ func newEngineNS(l ipcns.Limits) *engineNS {
 func (n *Namespaces) Remove(id string) uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.removeLocked(id)
+}
+
+func (n *Namespaces) removeLocked(id string) uint64 {
 	m := n.ctrs[id]
 	if m == nil {
 		return 0
@@ -115,8 +134,50 @@ func (n *Namespaces) Remove(id string) uint64 {
 		return 0
 	}
 	delete(n.byIno, m.ino)
+	if n.OnFree != nil {
+		n.OnFree(m.ino)
+	}
 	n.logf("IPC namespace %d: last container (%s) deleted, engine namespace freed", m.ino, id)
 	return m.ino
+}
+
+// Local reports whether container id was created through this shim.
+func (n *Namespaces) Local(id string) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	m := n.ctrs[id]
+	return m != nil && !m.foreign
+}
+
+// Release ends one served listener of a foreign container; with its last
+// one the container leaves (as Remove). It reports whether the container
+// left.
+func (n *Namespaces) Release(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.ctrs[id]
+	if m == nil || !m.foreign {
+		return false
+	}
+	m.listeners--
+	if m.listeners > 0 {
+		return false
+	}
+	n.removeLocked(id)
+	return true
+}
+
+// Foreigners returns the number of foreign containers being served.
+func (n *Namespaces) Foreigners() int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	c := 0
+	for _, m := range n.ctrs {
+		if m.foreign {
+			c++
+		}
+	}
+	return c
 }
 
 // Known reports whether kernel IPC namespace ino has an engine namespace
