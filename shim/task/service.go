@@ -38,9 +38,12 @@ type Service struct {
 	ns   *Namespaces
 	gw   *gateway.Gateway
 	sock string
+	view *Views // the in-container /proc view (view.go)
 
 	mu  sync.Mutex
 	srv *listener.Server // listening once the first trapped container is created
+
+	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
 }
 
 // NewService wraps runc's task service.
@@ -58,6 +61,8 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 	gw.Logf = func(f string, a ...any) { log.G(ctx).Warnf(f, a...) }
 	s := &Service{TTRPCTaskService: inner, ctx: ctx, ns: ns, gw: gw, sock: SocketPath()}
 	ns.OnCreate, ns.OnFree = s.publish, s.unpublish
+	s.view = NewViews(ns, gw.Resolver())
+	s.view.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
 	sd.RegisterCallback(func(context.Context) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -66,6 +71,7 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		}
 		return nil
 	})
+	s.startControl(sd)
 	return s, nil
 }
 
@@ -134,6 +140,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 	}
 	foreign := !s.ns.Local(id)
 	s.ns.Attach(id, ino)
+	s.noteProcess(id, pid)
 	log.G(ctx).WithField("container", id).Debugf("serving seccomp listener of pid %d (status %s), IPC namespace %d", pid, m.State.State.Status, ino)
 	go func() {
 		defer l.Close()
@@ -213,6 +220,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
 		}
 		s.ns.Prepare(r.ID, plan.Limits)
+		s.noteSpec(r.ID, sp)
 		lg.Infof("trapping %v (IPC namespace %s)", plan.Notified, orNew(plan.IPCPath))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
@@ -220,6 +228,9 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
+	}
+	if err == nil && plan.Trapped && Wanted(sp) {
+		s.attachView(ctx, r.ID, int(resp.Pid))
 	}
 	return resp, err
 }
@@ -236,7 +247,9 @@ func orNew(p string) string {
 func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
+		s.view.Detach(r.ID)
 		s.ns.Remove(r.ID)
+		s.forgetContainer(r.ID)
 	}
 	return resp, err
 }
