@@ -171,8 +171,8 @@ func (r *Request) Deliver() bool {
 // restart is answered. The wait is not cancelled here: the engine is
 // finishing it.
 func (r *Request) sendRefused() {
-	if r.done == nil {
-		return
+	if r.done == nil || r.gone.Load() {
+		return // not blocked, or already known gone (and probed)
 	}
 	if r.Task.isStopped() {
 		r.stopped.Store(true)

@@ -218,18 +218,20 @@ int main(void) {
 		printf("child msgrcv ret=%ld type=%ld\n", rr, r.type);
 		_exit(0);
 	}
-	usleep(100000);
+	usleep(300000);
 	m.type = 5;
-	R("msgsnd to sleeping child", snd(tid_id, &m, 6, 0));
-	waitpid(p, &st, 0);
+	long sr = snd(tid_id, &m, 6, 0);
+	waitpid(p, &st, 0); /* the child prints first, always */
+	R("msgsnd to sleeping child", sr);
 	ctl(tid_id, IPC_STAT, &ds);
 	printf("lrpid is child=%d\n", ds.msg_lrpid == p);
 	pthread_t th;
 	pthread_create(&th, NULL, receiver, NULL);
-	usleep(100000);
+	usleep(300000);
 	strcpy(m.text, "thr");
-	R("msgsnd to sleeping thread", snd(tid_id, &m, 4, 0));
+	sr = snd(tid_id, &m, 4, 0);
 	pthread_join(th, NULL);
+	R("msgsnd to sleeping thread", sr);
 	ctl(tid_id, IPC_STAT, &ds);
 	printf("lrpid is thread=%d is process=%d\n", ds.msg_lrpid == thread_tid, ds.msg_lrpid == getpid());
 	/* a sleeping sender woken by a receive */
@@ -242,9 +244,10 @@ int main(void) {
 		printf("child msgsnd ret=%ld\n", rr);
 		_exit(0);
 	}
-	usleep(100000);
-	R("msgrcv wakes sender", rcv(tid_id, &r, 64, 0, 0));
+	usleep(300000);
+	sr = rcv(tid_id, &r, 64, 0, 0);
 	waitpid(p, &st, 0);
+	R("msgrcv wakes sender", sr);
 	qstate("after woken sender", tid_id);
 	/* removal wakes sleepers with EIDRM */
 	p = fork();
@@ -253,9 +256,10 @@ int main(void) {
 		printf("child msgrcv after rmid ret=%ld errno=%s\n", rr, rr < 0 ? strerrorname_np(errno) : "0");
 		_exit(0);
 	}
-	usleep(100000);
-	R("msgctl IPC_RMID", ctl(tid_id, IPC_RMID, NULL));
+	usleep(300000);
+	sr = ctl(tid_id, IPC_RMID, NULL);
 	waitpid(p, &st, 0);
+	R("msgctl IPC_RMID", sr);
 	R("msgctl IPC_RMID again", ctl(tid_id, IPC_RMID, NULL));
 	R("msgctl IPC_RMID id", ctl(id, IPC_RMID, NULL));
 	R("msgctl IPC_RMID kid", ctl(kid, IPC_RMID, NULL));

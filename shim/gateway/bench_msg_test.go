@@ -1,0 +1,158 @@
+package gateway_test
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	// msgpingpong N: two threads pass an 8-byte message back and forth
+	// N times through one private queue (type 1 there, type 2 back);
+	// prints "pid ns/roundtrip".
+	harness.Register("msgpingpong", func(args []string) int {
+		n, _ := strconv.Atoi(args[0])
+		ns, err := msgPingPong(n)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println(os.Getpid(), ns)
+		return 0
+	})
+}
+
+type msg8 struct {
+	typ  int64
+	text [8]byte
+}
+
+func msgPingPong(n int) (int64, error) {
+	id, _, errno := unix.RawSyscall(unix.SYS_MSGGET, 0, 0o600, 0)
+	if errno != 0 {
+		return 0, fmt.Errorf("msgget: %v", errno)
+	}
+	defer unix.Syscall(unix.SYS_MSGCTL, id, 0, 0)
+	// EINTR is retried: the Go runtime's preemption signal (SIGURG)
+	// interrupts a blocked msgrcv, natively and trapped alike.
+	call := func(snd bool, m *msg8, typ int64) error {
+		errno := unix.EINTR
+		for errno == unix.EINTR {
+			if snd {
+				m.typ = typ
+				_, _, errno = unix.RawSyscall6(unix.SYS_MSGSND, id, uintptr(unsafe.Pointer(m)), 8, 0, 0, 0)
+			} else {
+				_, _, errno = unix.RawSyscall6(unix.SYS_MSGRCV, id, uintptr(unsafe.Pointer(m)), 8, uintptr(typ), 0, 0)
+			}
+		}
+		if errno != 0 {
+			return fmt.Errorf("msg (send=%v): %w", snd, errno)
+		}
+		return nil
+	}
+	echo := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		var m msg8
+		for i := 0; i < n; i++ {
+			if err := call(false, &m, 1); err != nil {
+				echo <- err
+				return
+			}
+			if err := call(true, &m, 2); err != nil {
+				echo <- err
+				return
+			}
+		}
+		echo <- nil
+	}()
+	runtime.LockOSThread()
+	var m msg8
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if err := call(true, &m, 1); err != nil {
+			return 0, err
+		}
+		if err := call(false, &m, 2); err != nil {
+			return 0, err
+		}
+	}
+	el := time.Since(start)
+	if err := <-echo; err != nil {
+		return 0, err
+	}
+	return el.Nanoseconds() / int64(max(n, 1)), nil
+}
+
+// native runs argv natively in a fresh IPC namespace (no filter) and
+// returns its output.
+func native(b *testing.B, argv ...string) []byte {
+	b.Helper()
+	out, err := harness.NativeCommand(argv...).Output()
+	if err != nil {
+		b.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	return out
+}
+
+// BenchmarkMsgPingPong: an 8-byte msgsnd/msgrcv round trip between two
+// threads of one process, trapped (served by msgengine) and native, in
+// the same run: ns/rt is measured by the child.
+func BenchmarkMsgPingPong(b *testing.B) {
+	b.Run("native", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 1000))
+		b.ReportMetric(childNs(b, native(b, "go:msgpingpong", n)), "ns/rt")
+	})
+	b.Run("trapped", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 1000))
+		out, g := serveWith(b, gateway.NewEngines(), nil, "go:msgpingpong", n)
+		logStats(b, g)
+		b.ReportMetric(childNs(b, out), "ns/rt")
+	})
+}
+
+// BenchmarkSemopPair: a semop +1/-1 pair, trapped (plain and exact
+// delivery) and native, in the same run; plus the null trapped call, the
+// ratio's denominator.
+func BenchmarkSemopPair(b *testing.B) {
+	b.Run("native", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 1000))
+		b.ReportMetric(childNs(b, native(b, "go:semloop", n))/2, "ns/call")
+	})
+	b.Run("null", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 1000))
+		out, _ := serveWith(b, gateway.Null{}, nil, "go:calls", n, strconv.Itoa(unix.SYS_SEMGET))
+		b.ReportMetric(childNs(b, out), "ns/call")
+	})
+	for _, exact := range []bool{false, true} {
+		b.Run(fmt.Sprintf("trapped/exact=%v", exact), func(b *testing.B) {
+			n := strconv.Itoa(max(b.N, 1000))
+			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.ExactDelivery = exact }, "go:semloop", n)
+			logStats(b, g)
+			b.ReportMetric(childNs(b, out)/2, "ns/call")
+		})
+	}
+}
+
+// BenchmarkNonIPCSyscall: getppid in a loop with and without the IPC
+// filter installed (the filter's cost on every other system call).
+func BenchmarkNonIPCSyscall(b *testing.B) {
+	nr := strconv.Itoa(unix.SYS_GETPPID)
+	b.Run("nofilter", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 100000))
+		b.ReportMetric(childNs(b, native(b, "go:calls", n, nr)), "ns/call")
+	})
+	b.Run("filter", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 100000))
+		out, _ := serveWith(b, gateway.Null{}, nil, "go:calls", n, nr)
+		b.ReportMetric(childNs(b, out), "ns/call")
+	})
+}
