@@ -43,6 +43,7 @@ type Service struct {
 	mu  sync.Mutex
 	srv *listener.Server // listening once the first trapped container is created
 
+	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
 }
 
 // NewService wraps runc's task service.
@@ -70,6 +71,7 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		}
 		return nil
 	})
+	s.startControl(sd)
 	return s, nil
 }
 
@@ -138,6 +140,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 	}
 	foreign := !s.ns.Local(id)
 	s.ns.Attach(id, ino)
+	s.noteProcess(id, pid)
 	log.G(ctx).WithField("container", id).Debugf("serving seccomp listener of pid %d (status %s), IPC namespace %d", pid, m.State.State.Status, ino)
 	go func() {
 		defer l.Close()
@@ -217,6 +220,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
 		}
 		s.ns.Prepare(r.ID, plan.Limits)
+		s.noteSpec(r.ID, sp)
 		lg.Infof("trapping %v (IPC namespace %s)", plan.Notified, orNew(plan.IPCPath))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
@@ -245,6 +249,7 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	if err == nil && r.ExecID == "" {
 		s.view.Detach(r.ID)
 		s.ns.Remove(r.ID)
+		s.forgetContainer(r.ID)
 	}
 	return resp, err
 }

@@ -1,0 +1,371 @@
+// Command ipcctl shows, for every container and pod served by the
+// containerd-shim-ipc shims on this node, their System V IPC objects, who
+// waits on what, and the SEM_UNDO entries; and the shims' metrics.
+//
+//	ipcctl [-json] [-pod NAME] [-container ID] [show]   objects, waiters, undo (default)
+//	ipcctl [-json] waiters                              only the sleepers
+//	ipcctl metrics                                      every shim's metrics, merged (Prometheus text)
+//	ipcctl exporter -listen 127.0.0.1:9863              serve them for a node-level scrape
+//
+// It finds the shims by their control sockets in
+// /run/containerd-shim-ipc/control (see package shim/control) and needs
+// root, like the sockets.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
+)
+
+// Output is what -json prints.
+type Output struct {
+	Shims  []control.Snapshot `json:"shims"`
+	Errors []SocketError      `json:"errors,omitempty"`
+}
+
+// SocketError is a control socket that did not answer (a shim killed
+// without cleanup leaves one).
+type SocketError struct {
+	Socket string `json:"socket"`
+	Error  string `json:"error"`
+}
+
+func main() {
+	fs := flag.NewFlagSet("ipcctl", flag.ExitOnError)
+	dir := fs.String("dir", control.Dir, "directory of the shims' control sockets")
+	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of tables")
+	pod := fs.String("pod", "", "only the engine namespace of this pod (name or namespace/name)")
+	ctr := fs.String("container", "", "only the engine namespace this container (id or unique prefix) is in")
+	listen := fs.String("listen", "127.0.0.1:9863", "exporter: address to serve /metrics on")
+	timeout := fs.Duration("timeout", 5*time.Second, "per-shim timeout")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: ipcctl [flags] [show|waiters|metrics|exporter]\n")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	cmd := "show"
+	if fs.NArg() > 0 {
+		cmd = fs.Arg(0)
+		_ = fs.Parse(fs.Args()[1:]) // flags after the command
+	}
+	switch cmd {
+	case "show", "waiters":
+		out := collect(*dir, *timeout)
+		filter(&out, *pod, *ctr)
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(out); err != nil {
+				fatal(err)
+			}
+			return
+		}
+		printTables(os.Stdout, &out, cmd == "waiters")
+	case "metrics":
+		if err := writeMetrics(os.Stdout, *dir, *timeout); err != nil {
+			fatal(err)
+		}
+	case "exporter":
+		http.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+			var b bytes.Buffer
+			if err := writeMetrics(&b, *dir, *timeout); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+			_, _ = w.Write(b.Bytes())
+		})
+		fmt.Fprintf(os.Stderr, "ipcctl: serving the shims' metrics on http://%s/metrics\n", *listen)
+		fatal(http.ListenAndServe(*listen, nil))
+	default:
+		fs.Usage()
+		os.Exit(2)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "ipcctl:", err)
+	os.Exit(1)
+}
+
+func collect(dir string, timeout time.Duration) Output {
+	out := Output{Shims: []control.Snapshot{}}
+	socks, err := control.Sockets(dir)
+	if err != nil {
+		fatal(err)
+	}
+	for _, s := range socks {
+		snap, err := control.NewClient(s, timeout).State()
+		if err != nil {
+			out.Errors = append(out.Errors, SocketError{Socket: s, Error: err.Error()})
+			continue
+		}
+		out.Shims = append(out.Shims, *snap)
+	}
+	return out
+}
+
+func filter(out *Output, pod, ctr string) {
+	if pod == "" && ctr == "" {
+		return
+	}
+	var shims []control.Snapshot
+	for _, s := range out.Shims {
+		var keep []control.Namespace
+		for _, n := range s.Namespaces {
+			if matchPod(n.Pod, pod) && matchCtr(n.Containers, ctr) {
+				keep = append(keep, n)
+			}
+		}
+		if len(keep) > 0 {
+			s.Namespaces = keep
+			shims = append(shims, s)
+		}
+	}
+	out.Shims = append([]control.Snapshot{}, shims...)
+}
+
+func matchPod(p *control.Pod, want string) bool {
+	if want == "" {
+		return true
+	}
+	if p == nil {
+		return false
+	}
+	return p.Name == want || p.Namespace+"/"+p.Name == want
+}
+
+func matchCtr(cs []control.Container, want string) bool {
+	if want == "" {
+		return true
+	}
+	for _, c := range cs {
+		if strings.HasPrefix(c.ID, want) || c.Name == want {
+			return true
+		}
+	}
+	return false
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func ctrName(n *control.Namespace, id string) string {
+	for _, c := range n.Containers {
+		if c.ID == id {
+			if c.Name != "" {
+				return c.Name
+			}
+			if c.Sandbox {
+				return "(sandbox)"
+			}
+		}
+	}
+	return short(id)
+}
+
+func pidStr(n *control.Namespace, p *control.Pid) string {
+	if p == nil || p.Host == 0 && p.Container == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%d", p.Host, p.Container)
+	if p.ContainerID != "" {
+		s += "@" + ctrName(n, p.ContainerID)
+	}
+	return s
+}
+
+func printTables(w io.Writer, out *Output, waitersOnly bool) {
+	for _, e := range out.Errors {
+		fmt.Fprintf(w, "# %s: no answer (%s)\n", e.Socket, e.Error)
+	}
+	if len(out.Shims) == 0 {
+		fmt.Fprintln(w, "no shim serves System V IPC on this node")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	for _, s := range out.Shims {
+		for i := range s.Namespaces {
+			n := &s.Namespaces[i]
+			title := "containers"
+			if n.Pod != nil {
+				title = fmt.Sprintf("pod %s/%s", n.Pod.Namespace, n.Pod.Name)
+			}
+			var ids []string
+			for _, c := range n.Containers {
+				ids = append(ids, ctrName(n, c.ID)+"="+short(c.ID))
+			}
+			fmt.Fprintf(tw, "== %s  ipc ns %d  shim pid %d  [%s]\n", title, n.Inode, s.Shim.Pid, strings.Join(ids, " "))
+			u, b, l := &n.Usage, &n.Bounds, &n.Limits
+			fmt.Fprintf(tw, "   usage: %d/%d sets, %d/%d sems, %d/%d queues, %d msgs %d bytes (reserved %d of %d); %d waiters, %d undo entries; worst-case state %s\n",
+				u.Sets, b.MaxSets, u.Semaphores, b.MaxSemaphores, u.Queues, b.MaxQueues, u.Messages, u.Bytes, u.ReservedBytes, b.MaxMsgBytes,
+				u.Waiters, u.UndoEntries, human(b.MaxStateBytes))
+			fmt.Fprintf(tw, "   limits: kernel.sem=%d %d %d %d msgmax=%d msgmnb=%d msgmni=%d\n", l.SemMSL, l.SemMNS, l.SemOPM, l.SemMNI, l.MsgMax, l.MsgMNB, l.MsgMNI)
+			if !waitersOnly {
+				if len(n.SemSets) > 0 {
+					fmt.Fprintln(tw, "\n   Semaphore Arrays\n   key\tsemid\towner\tperms\tnsems\tvalues\tsempid (host/ctr@container)\tncnt\tzcnt\totime")
+					for _, ss := range n.SemSets {
+						var vals, pids, ncnt, zcnt []string
+						for _, sm := range ss.Sems {
+							vals = append(vals, fmt.Sprint(sm.Val))
+							pids = append(pids, pidStr(n, sm.Pid))
+							ncnt = append(ncnt, fmt.Sprint(sm.Ncnt))
+							zcnt = append(zcnt, fmt.Sprint(sm.Zcnt))
+						}
+						fmt.Fprintf(tw, "   0x%08x\t%d\t%d\t%o\t%d\t%s\t%s\t%s\t%s\t%s\n", uint32(ss.Perm.Key), ss.ID, ss.Perm.UID, ss.Perm.Mode, len(ss.Sems),
+							strings.Join(vals, ","), strings.Join(pids, ","), strings.Join(ncnt, ","), strings.Join(zcnt, ","), when(ss.Otime))
+					}
+				}
+				if len(n.Queues) > 0 {
+					fmt.Fprintln(tw, "\n   Message Queues\n   key\tmsqid\towner\tperms\tmessages\tused-bytes\tqbytes\tlspid\tlrpid\tsenders\treceivers")
+					for _, q := range n.Queues {
+						fmt.Fprintf(tw, "   0x%08x\t%d\t%d\t%o\t%d\t%d\t%d\t%s\t%s\t%d\t%d\n", uint32(q.Perm.Key), q.ID, q.Perm.UID, q.Perm.Mode,
+							q.Messages, q.Bytes, q.Qbytes, pidStr(n, q.Lspid), pidStr(n, q.Lrpid), q.Senders, q.Receivers)
+					}
+				}
+			}
+			if len(n.Waiters) > 0 {
+				fmt.Fprintln(tw, "\n   Waiting\n   pid (host/ctr)\tcontainer\tcall\tkey\tid\twaits on\tfor")
+				for _, wt := range n.Waiters {
+					fmt.Fprintf(tw, "   %d/%d\t%s\t%s\t0x%08x\t%d\t%s\t%s\n", wt.Pid.Host, wt.Pid.Container, ctrName(n, wt.Pid.ContainerID),
+						wt.Kind, uint32(wt.Key), wt.ID, what(&wt), (time.Duration(wt.Seconds*1e9)).Round(time.Millisecond))
+				}
+			} else {
+				fmt.Fprintln(tw, "\n   nobody waits")
+			}
+			if !waitersOnly && len(n.Undo) > 0 {
+				fmt.Fprintln(tw, "\n   Undo entries (applied at exit)\n   pid (host/ctr)\tcontainer\tkey\tsemid\tadjustments")
+				for _, un := range n.Undo {
+					var adj []string
+					for i, a := range un.Adj {
+						if a != 0 {
+							adj = append(adj, fmt.Sprintf("sem%d%+d", i, a))
+						}
+					}
+					if len(adj) == 0 {
+						adj = []string{"none"}
+					}
+					fmt.Fprintf(tw, "   %d/%d\t%s\t0x%08x\t%d\t%s\n", un.Pid.Host, un.Pid.Container, ctrName(n, un.Pid.ContainerID),
+						uint32(un.Key), un.SemID, strings.Join(adj, " "))
+				}
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+}
+
+func what(w *control.Waiter) string {
+	switch w.Kind {
+	case "semop":
+		var ops []string
+		for i, op := range w.Sops {
+			s := fmt.Sprintf("sem%d%+d", op.Num, op.Op)
+			if op.Op == 0 {
+				s = fmt.Sprintf("sem%d==0", op.Num)
+			}
+			if op.Flg&0x1000 != 0 {
+				s += "(undo)"
+			}
+			if i == w.Blocking && len(w.Sops) > 1 {
+				s = "[" + s + "]"
+			}
+			ops = append(ops, s)
+		}
+		return strings.Join(ops, " ")
+	case "msgsnd":
+		return fmt.Sprintf("room for %d bytes (type %d)", w.Size, w.Type)
+	default:
+		switch w.Mode {
+		case "any":
+			return fmt.Sprintf("any message (msgsz %d)", w.Size)
+		case "equal":
+			return fmt.Sprintf("type %d (msgsz %d)", w.Type, w.Size)
+		case "except":
+			return fmt.Sprintf("type != %d (msgsz %d)", w.Type, w.Size)
+		case "lessequal":
+			return fmt.Sprintf("type <= %d (msgsz %d)", -w.Type, w.Size)
+		}
+		return fmt.Sprintf("%s %d (msgsz %d)", w.Mode, w.Type, w.Size)
+	}
+}
+
+func when(t int64) string {
+	if t == 0 {
+		return "never"
+	}
+	return time.Unix(t, 0).Format("15:04:05")
+}
+
+func human(n int64) string {
+	const u = 1024
+	if n < u {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(u), 0
+	for m := n / u; m >= u; m /= u {
+		div *= u
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// writeMetrics merges the metrics of every shim: families by name, the
+// series of each shim kept (their ipc_ns and shim_pid labels differ).
+func writeMetrics(w io.Writer, dir string, timeout time.Duration) error {
+	socks, err := control.Sockets(dir)
+	if err != nil {
+		return err
+	}
+	fams := map[string]*dto.MetricFamily{}
+	for _, s := range socks {
+		b, err := control.NewClient(s, timeout).Get("/metrics")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ipcctl: %s: %v\n", s, err)
+			continue
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ipcctl: %s: %v\n", s, err)
+			continue
+		}
+		for name, mf := range mfs {
+			if have := fams[name]; have != nil {
+				have.Metric = append(have.Metric, mf.Metric...)
+			} else {
+				fams[name] = mf
+			}
+		}
+	}
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if _, err := expfmt.MetricFamilyToText(w, fams[n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

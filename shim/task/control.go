@@ -1,0 +1,264 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/shutdown"
+	"github.com/containerd/log"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
+)
+
+// The shim's control endpoint (shim/control): what ipcctl and the
+// metrics read. This file keeps what the snapshot needs besides the
+// engines: each container's CRI identity and pid namespace.
+
+// CRI annotations of a container's OCI spec.
+const (
+	annContainerType = "io.kubernetes.cri.container-type"
+	annContainerName = "io.kubernetes.cri.container-name"
+	annSandboxID     = "io.kubernetes.cri.sandbox-id"
+	annSandboxName   = "io.kubernetes.cri.sandbox-name"
+	annSandboxNS     = "io.kubernetes.cri.sandbox-namespace"
+	annSandboxUID    = "io.kubernetes.cri.sandbox-uid"
+)
+
+type ctrMeta struct {
+	name    string
+	sandbox bool
+	pod     *control.Pod
+	pidns   uint64
+	initPid int
+}
+
+type controlState struct {
+	started time.Time
+	cns     string
+	srv     *control.Server
+	metrics *control.Metrics
+
+	mu    sync.Mutex
+	ctrs  map[string]*ctrMeta
+	pidns map[uint64]string // pid namespace inode -> container id
+}
+
+// startControl opens the control socket next to the listener socket and
+// installs the metrics observer. A failure is logged, not fatal: the
+// containers run without the host view.
+func (s *Service) startControl(sd shutdown.Service) {
+	cns, _ := namespaces.Namespace(s.ctx)
+	s.ctl = &controlState{started: time.Now(), cns: cns, ctrs: map[string]*ctrMeta{}, pidns: map[uint64]string{}}
+	s.ctl.metrics = control.NewMetrics(s.snapshot)
+	s.gw.SetObserver(s.ctl.metrics)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.ctl.metrics)
+	srv, err := control.Listen(control.SocketPath(s.sock), s.snapshot, reg)
+	if err != nil {
+		log.G(s.ctx).WithError(err).Warn("io.containerd.ipc.v2: no control socket: ipcctl and metrics will not see this shim")
+		return
+	}
+	s.ctl.srv = srv
+	log.G(s.ctx).Infof("control socket %s", srv.Path())
+	sd.RegisterCallback(func(context.Context) error { return srv.Close() })
+}
+
+// noteSpec records a container's CRI identity from its spec's annotations.
+func (s *Service) noteSpec(id string, sp *specs.Spec) {
+	if s.ctl == nil || sp == nil {
+		return
+	}
+	a := sp.Annotations
+	m := &ctrMeta{name: a[annContainerName], sandbox: a[annContainerType] == "sandbox"}
+	if a[annSandboxName] != "" {
+		m.pod = &control.Pod{Name: a[annSandboxName], Namespace: a[annSandboxNS], UID: a[annSandboxUID], SandboxID: a[annSandboxID]}
+	}
+	s.ctl.mu.Lock()
+	s.ctl.ctrs[id] = m
+	s.ctl.mu.Unlock()
+}
+
+// noteProcess records the pid namespace of a served process of container
+// id (its init or an exec), to tell which container a pid is in.
+func (s *Service) noteProcess(id string, pid int) {
+	if s.ctl == nil {
+		return
+	}
+	var st struct{ ino uint64 }
+	if fi, err := os.Stat(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil {
+		st.ino = inodeOf(fi)
+	}
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	m := s.ctl.ctrs[id]
+	if m == nil {
+		m = &ctrMeta{}
+		s.ctl.ctrs[id] = m
+	}
+	if m.initPid == 0 {
+		m.initPid, m.pidns = pid, st.ino
+	}
+	if _, ok := s.ctl.pidns[st.ino]; st.ino != 0 && !ok {
+		s.ctl.pidns[st.ino] = id
+	}
+}
+
+// forgetContainer drops a deleted container's records.
+func (s *Service) forgetContainer(id string) {
+	if s.ctl == nil {
+		return
+	}
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	delete(s.ctl.ctrs, id)
+	for ino, c := range s.ctl.pidns {
+		if c == id {
+			delete(s.ctl.pidns, ino)
+		}
+	}
+}
+
+// snapshot builds the control endpoint's view (control.Source).
+func (s *Service) snapshot() control.Snapshot {
+	snap := control.Snapshot{Taken: time.Now(), Shim: control.Shim{Pid: os.Getpid()}}
+	snap.Shim.Socket = control.SocketPath(s.sock)
+	snap.Shim.Interrupted = s.gw.Stats.Interrupted.Load()
+	snap.Shim.Restarts = s.gw.Stats.Restarts.Load()
+	snap.Shim.Refused = s.gw.Stats.Refused.Load()
+	if s.ctl != nil {
+		snap.Shim.ContainerdNamespace, snap.Shim.Started = s.ctl.cns, s.ctl.started
+	}
+	type nsRef struct {
+		ino     uint64
+		e       *engineNS
+		members []string
+	}
+	n := s.ns
+	n.mu.RLock()
+	refs := make([]nsRef, 0, len(n.byIno))
+	for ino, e := range n.byIno {
+		r := nsRef{ino: ino, e: e}
+		for id := range e.members {
+			r.members = append(r.members, id)
+		}
+		refs = append(refs, r)
+	}
+	n.mu.RUnlock()
+	sort.Slice(refs, func(i, j int) bool { return refs[i].ino < refs[j].ino })
+
+	var ctrs map[string]ctrMeta
+	var pidns map[uint64]string
+	if s.ctl != nil {
+		s.ctl.mu.Lock()
+		ctrs = make(map[string]ctrMeta, len(s.ctl.ctrs))
+		for id, m := range s.ctl.ctrs {
+			ctrs[id] = *m
+		}
+		pidns = make(map[uint64]string, len(s.ctl.pidns))
+		for k, v := range s.ctl.pidns {
+			pidns[k] = v
+		}
+		s.ctl.mu.Unlock()
+	}
+	now := time.Now()
+	for _, r := range refs {
+		snap.Namespaces = append(snap.Namespaces, buildNamespace(r.ino, r.e, r.members, ctrs, pidns, now))
+	}
+	return snap
+}
+
+func buildNamespace(ino uint64, e *engineNS, members []string, ctrs map[string]ctrMeta, pidns map[uint64]string, now time.Time) control.Namespace {
+	sem, msg := e.eng.Sem(ino), e.eng.Msg(ino)
+	l := sem.Namespace().Limits()
+	out := control.Namespace{Inode: ino, Containers: []control.Container{}, SemSets: []control.SemSet{},
+		Queues: []control.Queue{}, Waiters: []control.Waiter{}, Undo: []control.Undo{}}
+	out.Limits = control.Limits{SemMSL: l.SemMSL, SemMNS: l.SemMNS, SemOPM: l.SemOPM, SemMNI: l.SemMNI,
+		MsgMax: l.MsgMax, MsgMNB: l.MsgMNB, MsgMNI: l.MsgMNI}
+	out.Bounds = control.BoundsOf(out.Limits)
+	sort.Slice(members, func(i, j int) bool {
+		a, b := ctrs[members[i]], ctrs[members[j]]
+		if a.sandbox != b.sandbox {
+			return a.sandbox
+		}
+		return members[i] < members[j]
+	})
+	for _, id := range members {
+		m := ctrs[id]
+		out.Containers = append(out.Containers, control.Container{ID: id, Name: m.name, Sandbox: m.sandbox, PidNS: m.pidns, InitPid: m.initPid})
+		if out.Pod == nil && m.pod != nil {
+			out.Pod = m.pod
+		}
+	}
+	pid := func(p *ipcns.Pid) control.Pid {
+		if p == nil {
+			return control.Pid{}
+		}
+		root := p.Namespace()
+		for root.Parent() != nil {
+			root = root.Parent()
+		}
+		return control.Pid{Host: p.In(root), Container: p.In(p.Namespace()), ContainerID: pidns[p.Namespace().ID]}
+	}
+	pidp := func(p *ipcns.Pid) *control.Pid {
+		if p == nil {
+			return nil
+		}
+		v := pid(p)
+		return &v
+	}
+	perm := func(p ipcns.Perm) control.Perm {
+		return control.Perm{Key: p.Key, UID: p.UID, GID: p.GID, CUID: p.CUID, CGID: p.CGID, Mode: p.Mode & 0o777}
+	}
+	keys := map[int32]int32{}
+	for _, si := range sem.Sets() {
+		set := control.SemSet{ID: si.ID, Perm: perm(si.Perm), Otime: si.Otime, Ctime: si.Ctime, Undos: si.Undos}
+		keys[si.ID] = si.Perm.Key
+		for _, sm := range si.Sems {
+			set.Sems = append(set.Sems, control.Sem{Val: sm.Val, Pid: pidp(sm.Pid), Ncnt: sm.Ncnt, Zcnt: sm.Zcnt})
+		}
+		out.SemSets = append(out.SemSets, set)
+		out.Usage.Semaphores += len(si.Sems)
+	}
+	out.Usage.Sets = len(out.SemSets)
+	qkeys := map[int32]int32{}
+	for _, qi := range msg.Queues() {
+		qkeys[qi.ID] = qi.Perm.Key
+		out.Queues = append(out.Queues, control.Queue{ID: qi.ID, Perm: perm(qi.Perm), Stime: qi.Stime, Rtime: qi.Rtime, Ctime: qi.Ctime,
+			Messages: qi.Qnum, Bytes: qi.Cbytes, Qbytes: qi.Qbytes, Lspid: pidp(qi.Lspid), Lrpid: pidp(qi.Lrpid),
+			Senders: qi.Senders, Receivers: qi.Receivers, Reserved: qi.Reserved})
+		out.Usage.Messages += int64(qi.Qnum)
+		out.Usage.Bytes += int64(qi.Cbytes)
+	}
+	out.Usage.Queues = len(out.Queues)
+	_, _, _, out.Usage.ReservedBytes = msg.Usage()
+	for _, w := range sem.Waiters() {
+		cw := control.Waiter{Kind: "semop", ID: w.SemID, Key: keys[w.SemID], Pid: pid(w.Pid), Blocking: w.Blocking,
+			Since: w.Since, Seconds: now.Sub(w.Since).Seconds()}
+		for _, op := range w.Sops {
+			cw.Sops = append(cw.Sops, control.Sembuf{Num: op.Num, Op: op.Op, Flg: op.Flg})
+		}
+		out.Waiters = append(out.Waiters, cw)
+	}
+	for _, w := range msg.Waiters() {
+		cw := control.Waiter{Kind: "msgrcv", ID: w.MsqID, Key: qkeys[w.MsqID], Pid: pid(w.Pid), Thread: pidp(w.Thread),
+			Type: w.Type, Mode: w.Mode, Size: w.Size, Since: w.Since, Seconds: now.Sub(w.Since).Seconds()}
+		if w.Send {
+			cw.Kind = "msgsnd"
+		}
+		out.Waiters = append(out.Waiters, cw)
+	}
+	out.Usage.Waiters = len(out.Waiters)
+	for _, u := range sem.Undos() {
+		out.Undo = append(out.Undo, control.Undo{SemID: u.SemID, Key: keys[u.SemID], Pid: pid(u.Pid), Adj: u.Adj})
+	}
+	out.Usage.UndoEntries = len(out.Undo)
+	return out
+}
