@@ -248,7 +248,7 @@ func printTables(w io.Writer, out *Output, waitersOnly bool) {
 				fmt.Fprintln(tw, "\n   Waiting\n   pid (host/ctr)\tcontainer\tcall\tkey\tid\twaits on\tfor")
 				for _, wt := range n.Waiters {
 					fmt.Fprintf(tw, "   %d/%d\t%s\t%s\t0x%08x\t%d\t%s\t%s\n", wt.Pid.Host, wt.Pid.Container, ctrName(n, wt.Pid.ContainerID),
-						wt.Kind, uint32(wt.Key), wt.ID, what(&wt), (time.Duration(wt.Seconds*1e9)).Round(time.Millisecond))
+						wt.Kind, uint32(wt.Key), wt.ID, what(&wt), (time.Duration(wt.Seconds * 1e9)).Round(time.Millisecond))
 				}
 			} else {
 				fmt.Fprintln(tw, "\n   nobody waits")

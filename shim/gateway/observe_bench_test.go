@@ -1,0 +1,32 @@
+package gateway_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+)
+
+// BenchmarkGatewaySemopMetrics: the trapped lock/unlock pair of
+// BenchmarkGatewaySemop (plain delivery, namespace cache) without and
+// with the metrics observer (shim/control.Metrics), alternating three
+// times in one run so that drift hits both; docs/bench-host.md compares
+// them.
+func BenchmarkGatewaySemopMetrics(b *testing.B) {
+	src := func() control.Snapshot { return control.Snapshot{} }
+	for round := 1; round <= 3; round++ {
+		for _, on := range []bool{false, true} {
+			b.Run(fmt.Sprintf("metrics=%v/round=%d", on, round), func(b *testing.B) {
+				out, _ := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) {
+					g.NSCallsTrapped = true
+					if on {
+						g.SetObserver(control.NewMetrics(src))
+					}
+				}, "go:semloop", strconv.Itoa(max(b.N, 1000)))
+				b.ReportMetric(childNs(b, out)/2, "ns/call")
+			})
+		}
+	}
+}
