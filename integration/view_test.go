@@ -39,7 +39,9 @@ func (e *env) runDebian(t *testing.T, rt, rootfs, script string, extra ...string
 	args := o.runArgs(e, uniq(t, "view"))
 	args[len(args)-2] = rootfs
 	args = append([]string{args[0], "--rm"}, args[1:]...)
-	return e.ctrOK(t, append(args, "/bin/sh", "-c", script)...)
+	// One stream: ctr copies stdout and stderr separately, in no fixed
+	// order.
+	return e.ctrOK(t, append(args, "/bin/sh", "-c", "exec 2>&1\n"+script)...)
 }
 
 // bothRuntimes runs script under runc's shim and this one and returns the
@@ -110,7 +112,7 @@ $p msgsnd 0 1 100; $p msgsnd 0 2 50; $p msgsnd 1 7 3000
 func TestViewIpcs(t *testing.T) {
 	e := need(t)
 	script := viewObjects + `
-echo "== mounted"; grep -c ' /proc/sysvipc \| /proc/sys/kernel/sem ' /proc/self/mountinfo >/dev/null && echo yes
+echo "== mounted"; grep -cE ' /proc/(sysvipc|sys/kernel/(sem|msgmax|msgmnb|msgmni|sem_next_id|msg_next_id)) ' /proc/self/mountinfo
 echo "== /proc/sysvipc/sem"; cat /proc/sysvipc/sem
 echo "== /proc/sysvipc/msg"; cat /proc/sysvipc/msg
 echo "== /proc/sysvipc/shm"; cat /proc/sysvipc/shm
@@ -136,9 +138,59 @@ echo "== ipcrm -a"; ipcrm -a; echo rc=$?
 ipcs -s -q; cat /proc/sysvipc/sem /proc/sysvipc/msg
 `
 	runc, ipc := e.bothRuntimes(t, script, maskTimes)
-	if !strings.Contains(ipc, "== mounted\nyes") {
-		t.Errorf("no /proc/sysvipc view mounted in the container under %s", runtimeIPC)
+	if !strings.Contains(runc, "== mounted\n0\n") || !strings.Contains(ipc, "== mounted\n7\n") {
+		t.Errorf("want no view mount under %s and 7 (/proc/sysvipc and 6 sysctls) under %s", runtimeRunc, runtimeIPC)
 	}
-	runc = strings.Replace(runc, "== mounted\n", "== mounted\nyes\n", 1)
+	ipc = strings.Replace(ipc, "== mounted\n7\n", "== mounted\n0\n", 1)
 	diffLines(t, "the tools' output", runc, ipc)
+}
+
+const sysctls = "kernel.sem kernel.msgmax kernel.msgmnb kernel.msgmni kernel.sem_next_id kernel.msg_next_id"
+
+// TestViewSysctlWrites writes the IPC sysctls in a privileged container
+// and checks, against runc, that the engine enforces what /proc/sys
+// reads: kernel.sem (semmsl, semmns, semopm, semmni), msgmax, msgmnb,
+// msgmni, refused values, and sem_next_id/msg_next_id consumed once.
+func TestViewSysctlWrites(t *testing.T) {
+	e := need(t)
+	script := pidsFrom100 + `p="perl /t/view.pl"
+echo "== defaults"; sysctl ` + sysctls + `
+echo "== next_id"
+echo 77 > /proc/sys/kernel/sem_next_id; echo 1234 > /proc/sys/kernel/msg_next_id; sysctl kernel.sem_next_id kernel.msg_next_id
+$p semget private 1 0600; cat /proc/sys/kernel/sem_next_id; $p semget private 1 0600
+$p msgget private 0600; cat /proc/sys/kernel/msg_next_id; $p msgget private 0600
+ipcs -s -q | sed 's/^0x00000000 //'
+ipcrm -a
+echo "== next_id taken"; echo 5 > /proc/sys/kernel/sem_next_id; $p semget 0x55 1 0600; $p semget 0x55 1 0600; cat /proc/sys/kernel/sem_next_id; ipcrm -a
+echo "== limits"
+sysctl -w kernel.sem="4 10 5 3" kernel.msgmax=100 kernel.msgmnb=300 kernel.msgmni=2
+sysctl ` + sysctls + `
+cat /proc/sys/kernel/sem
+$p semget private 5 0600; $p semget private 4 0600; $p semget private 4 0600
+$p semget private 3 0600; $p semget private 2 0600; $p semget private 1 0600
+$p semopn 0 5; $p semopn 0 6
+$p msgget private 0600; $p msgget private 0600; $p msgget private 0600
+$p msgsnd 0 1 101; $p msgsnd 0 1 100; $p msgsnd 0 1 100; $p msgsnd 0 1 100; $p msgsnd 0 1 1
+ipcs -l; ipcs -u; ipcs -q -i 0; lsipc
+echo "== refused"
+sysctl -w kernel.sem="1 2 3 40000"; sysctl -w kernel.msgmni=40000; sysctl -w kernel.msgmax=-1
+sysctl -w kernel.sem="1 2"; echo -1 > /proc/sys/kernel/sem_next_id; echo x > /proc/sys/kernel/msg_next_id
+echo foo > /proc/sys/kernel/msgmax; echo rc=$?
+sysctl ` + sysctls + `
+echo "== raised"; sysctl -w kernel.sem="250 32000 32 128" kernel.msgmni=16
+$p semget private 1 0600; $p msgget private 0600; ipcs -u
+`
+	runc, ipc := e.bothRuntimes(t, script, maskTimes, "--privileged")
+	diffLines(t, "the sysctl and enforcement transcript", runc, ipc)
+}
+
+// TestViewSysctlReadOnly: an unprivileged container's /proc/sys is
+// read-only under both shims, the view's files included.
+func TestViewSysctlReadOnly(t *testing.T) {
+	e := need(t)
+	script := `for f in sem msgmax msgmnb msgmni sem_next_id msg_next_id; do
+  (echo 1 > /proc/sys/kernel/$f) 2>&1 | sed 's/^.*: //'; done
+sysctl ` + sysctls + `; ipcs -l`
+	runc, ipc := e.bothRuntimes(t, script, maskTimes)
+	diffLines(t, "the read-only /proc/sys transcript", runc, ipc)
 }

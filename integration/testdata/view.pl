@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # System V IPC steps for the in-container view tests (integration/view_test.go):
-#   semget KEY NSEMS MODE | setall ID V... | semop ID NUM OP | msgget KEY MODE
+#   semget KEY NSEMS MODE | setall ID V... | semop ID NUM OP | semopn ID N
+#   msgget KEY MODE
 #   msgsnd ID TYPE SIZE | msgrcv ID TYPE
 # KEY is a number (0x.. allowed, "private" for IPC_PRIVATE), MODE octal.
 # Prints "ok <result>" or "err <errno>".
@@ -22,6 +23,9 @@ if ($cmd eq 'semget') {
 } elsif ($cmd eq 'semop') {
     my ($id, $num, $op) = @ARGV;
     res(semop($id, pack("s!3", $num, $op, IPC_NOWAIT)) ? 0 : undef);
+} elsif ($cmd eq 'semopn') {
+    my ($id, $n) = @ARGV;
+    res(semop($id, pack("s!3" x $n, map { (0, 1, IPC_NOWAIT) } 1 .. $n)) ? 0 : undef);
 } elsif ($cmd eq 'msgget') {
     my ($k, $m) = @ARGV;
     res(msgget(key($k), IPC_CREAT | oct($m)));

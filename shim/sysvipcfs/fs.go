@@ -14,7 +14,7 @@
 //
 //	sysvipc/sem  sysvipc/msg  sysvipc/shm          (0444)
 //	sys/sem  sys/msgmax  sys/msgmnb  sys/msgmni    (0644)
-//	sys/sem_next_id  sys/msg_next_id               (0666)
+//	sys/sem_next_id  sys/msg_next_id               (0444, as procfs)
 //
 // Mount builds the mounts with the new mount API, entirely from the shim:
 // fsopen("fuse") and fsconfig with the shim's open /dev/fuse fd make the
@@ -22,7 +22,9 @@
 // no mount of its own), fsmount gives a detached mount, and open_tree
 // (OPEN_TREE_CLONE) cuts one detached bind mount per target out of it.
 // Only attaching them needs the container's mount namespace: move_mount
-// resolves its target in the caller's namespace. setns(CLONE_NEWNS) is
+// resolves its target in the caller's namespace (and the sysctl entries
+// are looked up per IPC namespace, so it enters the container's IPC
+// namespace too). setns(CLONE_NEWNS) is
 // refused to a thread that shares its fs_struct, which every Go thread
 // does; so one goroutine locks its OS thread, unshare(CLONE_FS)es it,
 // enters the namespace, attaches the mounts, and exits still locked, which
@@ -90,9 +92,13 @@ var SysvipcFiles = []string{"sem", "msg", "shm"}
 // SysctlFiles are the /proc/sys/kernel entries the file system serves.
 var SysctlFiles = []string{"sem", "msgmax", "msgmnb", "msgmni", "sem_next_id", "msg_next_id"}
 
+// sysctlMode is the mode procfs shows: the *_next_id entries are 0444
+// (Linux lets a CAP_CHECKPOINT_RESTORE holder write them regardless; here
+// root passes the mode check with CAP_DAC_OVERRIDE and the Source checks
+// the capability).
 func sysctlMode(name string) uint32 {
 	if name == "sem_next_id" || name == "msg_next_id" {
-		return 0o666
+		return 0o444
 	}
 	return 0o644
 }
@@ -159,6 +165,15 @@ func Mount(src Source, pid int, o Options) (_ *FS, err error) {
 		return nil, err
 	}
 	defer mntns.Close()
+	// The sysctl entries of /proc/sys/kernel are looked up per IPC
+	// namespace (each has its own dentries): the attaching thread must be
+	// in the container's, or it mounts over the host's entries, which the
+	// container's processes never look up.
+	ipcns, err := os.Open(fmt.Sprintf("/proc/%d/ns/ipc", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer ipcns.Close()
 
 	devfd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -270,6 +285,9 @@ func Mount(src Source, pid int, o Options) (_ *FS, err error) {
 			}
 			if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
 				return fmt.Errorf("setns(mnt of pid %d): %w", pid, err)
+			}
+			if err := unix.Setns(int(ipcns.Fd()), unix.CLONE_NEWIPC); err != nil {
+				return fmt.Errorf("setns(ipc of pid %d): %w", pid, err)
 			}
 			for _, a := range todo {
 				ro := a.ro
