@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build test test-race bench vet fmt deps shim demo integration integration-deps
+.PHONY: all build test test-race bench vet fmt deps shim ipcctl demo integration integration-deps
 
 all: build
 
@@ -34,6 +34,10 @@ deps:
 # The shim binary containerd runs for runtime type io.containerd.ipc.v2.
 shim:
 	$(GO) build -o build/bin/containerd-shim-ipc-v2 ./cmd/containerd-shim-ipc-v2
+
+# The host tool: pods' IPC objects, waiters, undo entries, metrics.
+ipcctl:
+	$(GO) build -o build/bin/ipcctl ./cmd/ipcctl
 
 # runc and busybox-static (apt), containerd + ctr from the Go module proxy.
 integration-deps:
