@@ -284,3 +284,23 @@ func uniq(t *testing.T, s string) string {
 }
 
 func lines(s string) []string { return strings.Fields(strings.TrimSpace(s)) }
+
+// kernelSets returns "kernel-sets=N", N the semaphore sets the kernel
+// holds in the IPC namespace of host pid, read from the host: inside a
+// container of this shim /proc/sysvipc shows the engine's objects.
+func (e *env) kernelSets(t *testing.T, pid int) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--ipc=/proc/"+strconv.Itoa(pid)+"/ns/ipc", "cat", "/proc/sysvipc/sem").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter: %v\n%s", err, out)
+	}
+	return fmt.Sprintf("kernel-sets=%d", len(strings.Split(strings.TrimSpace(string(out)), "\n"))-1)
+}
+
+// wantKernelSets checks kernelSets against n.
+func (e *env) wantKernelSets(t *testing.T, pid, n int) {
+	t.Helper()
+	if got := e.kernelSets(t, pid); got != fmt.Sprintf("kernel-sets=%d", n) {
+		t.Fatalf("%s in the container's kernel IPC namespace, want %d", got, n)
+	}
+}

@@ -14,11 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// kernelSets counts the semaphore sets the kernel holds in the container's
-// IPC namespace (/proc/sysvipc/sem less its header): 0 when the engine
-// serves them.
-const kernelSets = `echo kernel-sets=$(( $(wc -l < /proc/sysvipc/sem) - 1 ))`
-
 func want(t *testing.T, out string, re string) {
 	t.Helper()
 	if !regexp.MustCompile(re).MatchString(out) {
@@ -37,19 +32,24 @@ func skipNoMsg(t *testing.T, out string) {
 
 func TestSemaphoreServedByEngine(t *testing.T) {
 	e := need(t)
-	script := `ipct semget 0x1234 1 create; ipct setval 0x1234 0 5; ipct semop 0x1234 0 -2; ipct getval 0x1234 0; ` + kernelSets
-	out := e.run(t, uniq(t, "sem"), script, opts{})
-	want(t, out, `(?s)^0\nok\nok \d+\n3\nkernel-sets=0\n$`)
+	script := `ipct semget 0x1234 1 create; ipct setval 0x1234 0 5; ipct semop 0x1234 0 -2; ipct getval 0x1234 0`
+	id := uniq(t, "sem")
+	pid := e.start(t, id, opts{})
+	want(t, e.exec(t, id, script), `(?s)^0\nok\nok \d+\n3\n$`)
+	e.wantKernelSets(t, pid, 0)
 	// The same under runc's shim: the kernel holds the set.
-	out = e.run(t, uniq(t, "semrunc"), script, opts{runtime: runtimeRunc})
-	want(t, out, `(?s)^0\nok\nok \d+\n3\nkernel-sets=1\n$`)
+	id = uniq(t, "semrunc")
+	pid = e.start(t, id, opts{runtime: runtimeRunc})
+	want(t, e.exec(t, id, script), `(?s)^0\nok\nok \d+\n3\n$`)
+	e.wantKernelSets(t, pid, 1)
 }
 
 func TestDefaultSeccompProfile(t *testing.T) {
 	e := need(t)
-	out := e.run(t, uniq(t, "seccomp"), `ipct semget 0x1234 1 create; ipct semop 0x1234 0 1; ipct getval 0x1234 0; `+kernelSets,
-		opts{extra: []string{"--seccomp"}})
-	want(t, out, `(?s)^0\nok \d+\n1\nkernel-sets=0\n$`)
+	id := uniq(t, "seccomp")
+	pid := e.start(t, id, opts{extra: []string{"--seccomp"}})
+	want(t, e.exec(t, id, `ipct semget 0x1234 1 create; ipct semop 0x1234 0 1; ipct getval 0x1234 0`), `(?s)^0\nok \d+\n1\n$`)
+	e.wantKernelSets(t, pid, 0)
 }
 
 func TestIsolation(t *testing.T) {
@@ -92,7 +92,8 @@ func TestPodPairSeparatePidNamespaces(t *testing.T) {
 	pidA := m[1]
 	// Same object from both; GETPID of a's process is 0 in b's pid
 	// namespace and the right pid in a's.
-	want(t, e.exec(t, b, `ipct getval 0x5151 0; ipct getpid 0x5151 0; `+kernelSets), `^1\n0\nkernel-sets=0\n$`)
+	want(t, e.exec(t, b, `ipct getval 0x5151 0; ipct getpid 0x5151 0`), `^1\n0\n$`)
+	e.wantKernelSets(t, apid, 0)
 	want(t, e.exec(t, a, `ipct getpid 0x5151 0`), `^`+pidA+`\n$`)
 	// And the other way round, on semaphore 1.
 	out = e.exec(t, b, `ipct semop 0x5151 1 1`)
@@ -147,9 +148,10 @@ func TestSemUndoAfterKill(t *testing.T) {
 func TestExecSharesContainerObjects(t *testing.T) {
 	e := need(t)
 	a := uniq(t, "exec")
-	e.start(t, a, opts{})
+	apid := e.start(t, a, opts{})
 	want(t, e.exec(t, a, `ipct semget 0x3131 1 create; ipct setval 0x3131 0 9`), `^0\nok\n$`)
-	want(t, e.exec(t, a, `ipct semget 0x3131 1; ipct getval 0x3131 0; `+kernelSets), `^0\n9\nkernel-sets=0\n$`)
+	want(t, e.exec(t, a, `ipct semget 0x3131 1; ipct getval 0x3131 0`), `^0\n9\n$`)
+	e.wantKernelSets(t, apid, 0)
 }
 
 func TestExecSharesContainerQueues(t *testing.T) {
@@ -271,7 +273,8 @@ func TestJoinAcrossShims(t *testing.T) {
 	}
 	e.start(t, b, opts{extra: []string{"--with-ns", "ipc:/proc/" + strconv.Itoa(apid) + "/ns/ipc"}})
 	e.waitLog(t, `joins IPC namespace /proc/`+strconv.Itoa(apid)+`/ns/ipc, served by the shim listening on`)
-	want(t, e.exec(t, b, `ipct getval 0x6161 0; ipct getpid 0x6161 0; ipct semop 0x6161 1 1 >/dev/null; `+kernelSets), `^3\n0\nkernel-sets=0\n$`)
+	want(t, e.exec(t, b, `ipct getval 0x6161 0; ipct getpid 0x6161 0; ipct semop 0x6161 1 1 >/dev/null`), `^3\n0\n$`)
+	e.wantKernelSets(t, apid, 0)
 	want(t, e.exec(t, a, `ipct getval 0x6161 1`), `^1\n$`)
 	// a's container goes first: b keeps the namespace, a's shim stays.
 	e.stop(t, a)

@@ -2,8 +2,8 @@
 # apache2 (mpm_prefork, two listeners: its accept mutex is taken around
 # every accept) with its mutexes on SysV semaphores (Mutex sysvsem),
 # serving 200 requests on the container's loopback from 4 concurrent perl
-# clients. Prints the number of semaphore sets the kernel holds while it
-# runs: 0 when the shim serves them.
+# clients. With "keep", apache is left running (the test then counts the
+# semaphore sets the kernel holds, from the host).
 set -e
 . /etc/apache2/envvars
 mkdir -p /run/lock "$APACHE_RUN_DIR" "$APACHE_LOCK_DIR" "$APACHE_LOG_DIR"
@@ -20,6 +20,6 @@ ok=$(perl -MIO::Socket::INET -e '
     for (1..50) { my $s = IO::Socket::INET->new("127.0.0.1:80") or next; print $s "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
       local $/; my $r = <$s>; $n++ if $r =~ /200 OK.*hello-from-apache/s } exit $n } push @kids, $p }
   my $t = 0; for (@kids) { waitpid $_, 0; $t += $? >> 8 } print $t')
-echo "apache-requests ok=$ok/200 kernel-sem-sets=$(( $(wc -l < /proc/sysvipc/sem) - 1 ))"
+echo "apache-requests ok=$ok/200"
 grep -i -E "emerg|alert|crit|error" "$APACHE_LOG_DIR/error.log" | head -3 || true
-apache2 -k stop
+[ "${1:-}" = keep ] || apache2 -k stop
