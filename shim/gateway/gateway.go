@@ -135,6 +135,7 @@ func (r *Request) Deliver() bool {
 	src, err := r.Task.dupFD0()
 	if err == nil {
 		err = r.l.ReplyZeroConfirmed(r.Notif.ID, src)
+		r.g.observeReply(r, 0, err) // observe.go
 		unix.Close(src)
 		switch {
 		case err == nil:

@@ -12,8 +12,10 @@ import (
 // a waker's Commit for one that slept), after the answer went to the
 // kernel, so it must be quick, must not block and should not allocate. It
 // is not called for calls refused before they reach a handler (unknown
-// syscall, a task the gateway cannot identify), nor for confirmed
-// deliveries (Gateway.ExactDelivery), which bypass Reply.
+// syscall, a task the gateway cannot identify), nor for the rare
+// confirmed deliveries (Gateway.ExactDelivery) whose confirmation was lost
+// or that fell back to a plain SEND; other confirmed deliveries are
+// reported from Deliver.
 type Observer interface {
 	ObserveReply(r *Request, errno unix.Errno, elapsed time.Duration)
 }
