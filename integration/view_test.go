@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The in-container view (shim/sysvipcfs, shim/task/view.go): util-linux's
@@ -57,9 +60,9 @@ func (e *env) bothRuntimes(t *testing.T, script string, mask func(string) string
 }
 
 var (
-	epochRe = regexp.MustCompile(`\b1[0-9]{9}\b`)                                                                  // /proc/sysvipc times
+	epochRe = regexp.MustCompile(`\b1[0-9]{9}\b`)                                                                                                 // /proc/sysvipc times
 	dateRe  = regexp.MustCompile(`(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}`) // ipcs -i, -t
-	hmsRe   = regexp.MustCompile(`\b\d\d:\d\d(:\d\d)?\b`)                                                           // lsipc, ipcs -t
+	hmsRe   = regexp.MustCompile(`\b\d\d:\d\d(:\d\d)?\b`)                                                                                         // lsipc, ipcs -t
 	monRe   = regexp.MustCompile(`\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ?[ 0-9]?\d\b`)
 )
 
@@ -193,4 +196,98 @@ func TestViewSysctlReadOnly(t *testing.T) {
 sysctl ` + sysctls + `; ipcs -l`
 	runc, ipc := e.bothRuntimes(t, script, maskTimes)
 	diffLines(t, "the read-only /proc/sys transcript", runc, ipc)
+}
+
+// TestViewRobust: the view's server ends with the container; a reader of
+// a view whose shim died gets an error at once, not a hang.
+func TestViewRobust(t *testing.T) {
+	e := need(t)
+	id := uniq(t, "viewgone")
+	e.start(t, id, opts{})
+	e.remove(id)
+	e.waitLog(t, `container `+id+`: /proc/sysvipc view stopped`)
+
+	id = uniq(t, "viewkill")
+	pid := e.start(t, id, opts{})
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppid := regexp.MustCompile(`(?m)^PPid:\s+(\d+)`).FindSubmatch(st)
+	if ppid == nil {
+		t.Fatal("no PPid")
+	}
+	comm, _ := os.ReadFile("/proc/" + string(ppid[1]) + "/comm")
+	if !strings.HasPrefix(string(comm), "containerd-shim") {
+		t.Skipf("init's parent is %q, not the shim", comm)
+	}
+	path := fmt.Sprintf("/proc/%d/root/proc/sysvipc/sem", pid)
+	if _, err := os.ReadFile(path); err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	p, _ := os.FindProcess(atoi(string(ppid[1])))
+	p.Signal(syscall.SIGKILL)
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 50; i++ {
+			if _, err := os.ReadFile(path); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the view still answered 1s after its shim was killed")
+		}
+		t.Logf("after the shim's death: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read of the view hangs after its shim was killed")
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }
+
+// TestViewCost measures the view (VIEW_BENCH=1; figures in
+// docs/bench-view.md): an open+read+close of /proc/sysvipc/sem with 10
+// and 1000 sets and of /proc/sys/kernel/sem, under runc (the kernel's
+// files) and this shim (the view); and a trapped semop loop with the view
+// off (annotation io.containerd.ipc.v2.procview=false), on, and on with a
+// reader looping on /proc/sysvipc/sem beside it.
+func TestViewCost(t *testing.T) {
+	if os.Getenv("VIEW_BENCH") == "" {
+		t.Skip("set VIEW_BENCH=1 to measure the view's cost")
+	}
+	e := need(t)
+	rootfs := debianRootfs(t)
+	reads := `mk() { perl -MIPC::SysV=IPC_PRIVATE,IPC_CREAT -e 'semget(IPC_PRIVATE, 1, IPC_CREAT|0600) for 1..$ARGV[0]' $1; }
+rd() { perl -MTime::HiRes=time -e '$n = shift; $t = time; for (1..$n) { open(my $f, "<", $ARGV[0]) or die "$ARGV[0]: $!"; local $/; my $x = <$f>; close $f } printf "%s %.1f us/read\n", $ARGV[0], (time - $t) / $n * 1e6' $1 $2; }
+mk 10; rd 3000 /proc/sysvipc/sem; rd 3000 /proc/sys/kernel/sem; rd 3000 /proc/sysvipc/msg
+mk 990; rd 300 /proc/sysvipc/sem
+`
+	for _, rt := range []string{runtimeRunc, runtimeIPC} {
+		out := e.runDebian(t, rt, rootfs, reads)
+		t.Logf("%s reads:\n%s", rt, out)
+	}
+	semop := `perl -MIPC::SysV=IPC_PRIVATE,IPC_CREAT -MTime::HiRes=time -e '
+$id = semget(IPC_PRIVATE, 1, IPC_CREAT|0600); $up = pack("s!3", 0, 1, 0); $dn = pack("s!3", 0, -1, 0);
+$n = 20000; $t = time; for (1..$n) { semop($id, $up) or die; semop($id, $dn) or die }
+printf "semop %.2f us/op\n", (time - $t) / (2 * $n) * 1e6'
+`
+	for i := 0; i < 2; i++ {
+		for _, c := range []struct {
+			name, script string
+			extra        []string
+		}{
+			{"view off", semop, []string{"--annotation", "io.containerd.ipc.v2.procview=false"}},
+			{"view on", semop, nil},
+			{"view on, reader beside", "(while :; do cat /proc/sysvipc/sem >/dev/null; done) & " + semop + "kill %1", nil},
+		} {
+			out := e.runDebian(t, runtimeIPC, rootfs, c.script, c.extra...)
+			t.Logf("%s: %s", c.name, strings.TrimSpace(out))
+		}
+	}
 }

@@ -102,6 +102,7 @@ func (vs *Views) Attach(id string, pid int) (*View, error) {
 		return nil, fmt.Errorf("open the IPC namespace's kernel files: %w", err)
 	}
 	v := &View{vs: vs, id: id, ino: ino, k: k}
+	v.pidIno, _ = viewNSInode(fmt.Sprintf("/proc/%d/ns/pid", pid))
 	v.last, _ = k.limits()
 	f, err := sysvipcfs.Mount(v, pid, sysvipcfs.Options{Logf: vs.Logf})
 	if err != nil {
@@ -120,6 +121,7 @@ func (vs *Views) Attach(id string, pid int) (*View, error) {
 		// The server ends when the container's mount namespace goes.
 		<-f.Done()
 		k.close()
+		vs.logf("container %s: /proc/sysvipc view stopped (its mount namespace is gone)", id)
 	}()
 	return v, nil
 }
@@ -152,6 +154,13 @@ type View struct {
 
 	mu   sync.Mutex
 	last ipcns.Limits // the kernel's limits last applied to the engine
+
+	// The container's own pid namespace, as the gateway names it, found
+	// on the first read of msg by one of its processes: most readers are
+	// there, and naming it costs a Resolve (pidfd, /proc reads).
+	pidIno uint64
+	pidMu  sync.Mutex
+	pidNS  *ipcns.PidNamespace
 }
 
 // FS returns the mounted file system (for its Stats).
@@ -218,11 +227,36 @@ func (v *View) pidNamespace(r sysvipcfs.Reader) *ipcns.PidNamespace {
 	if v.vs.res == nil || r.Pid <= 0 {
 		return nil
 	}
+	ino, err := viewNSInode(fmt.Sprintf("/proc/%d/ns/pid", r.Pid))
+	own := err == nil && ino == v.pidIno && ino != 0
+	if own {
+		v.pidMu.Lock()
+		ns := v.pidNS
+		v.pidMu.Unlock()
+		if ns != nil {
+			return ns
+		}
+	}
 	t, err := v.vs.res.Resolve(r.Pid)
 	if err != nil {
 		return nil
 	}
-	return t.Caller.Pid.Namespace()
+	ns := t.Caller.Pid.Namespace()
+	if own {
+		v.pidMu.Lock()
+		v.pidNS = ns
+		v.pidMu.Unlock()
+	}
+	return ns
+}
+
+// viewNSInode returns the inode of a /proc/.../ns/* link.
+func viewNSInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
 }
 
 // ReadSysctl serves /proc/sys/kernel/<name> (sysvipcfs.Source).
