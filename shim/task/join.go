@@ -5,12 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	ptypes "github.com/containerd/containerd/v2/pkg/protobuf/types"
 	"github.com/containerd/log"
-	"golang.org/x/sys/unix"
 )
 
 // Containers of different shim processes in one IPC namespace
@@ -59,11 +59,30 @@ func (s *Service) owner(ino uint64) string {
 	if err != nil || t == s.sock {
 		return ""
 	}
-	var st unix.Stat_t
-	if unix.Stat(t, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return "" // a stale record: that shim is gone
+	if !listening(t) {
+		// A stale record: that shim died without freeing the namespace,
+		// and the kernel reuses namespace inodes.
+		return ""
 	}
 	return t
+}
+
+// listening reports whether a unix socket is bound to path in this
+// network namespace (/proc/net/unix), without connecting to it: a socket
+// file left by a dead process is not.
+func listening(path string) bool {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(l)
+		if len(f) == 8 && f[7] == path && f[3] == "00010000" { // __SO_ACCEPTCON: listening
+			return true
+		}
+	}
+	return false
 }
 
 // deferredShutdown is a Shutdown that containerd asked for while foreign
