@@ -81,10 +81,12 @@ func TestMountInNamespace(t *testing.T) {
 	}
 	pid := child(t)
 	src := &fakeSource{vals: map[string]string{"sem": "1\t2\t3\t4\n", "msgmax": "8192\n"}}
+	t0 := time.Now()
 	f, err := Mount(src, pid, Options{SysvipcDir: sv, SysctlDir: sc})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("Mount (7 mounts): %v", time.Since(t0))
 	defer f.Close()
 	in := fmt.Sprintf("/proc/%d/root", pid)
 	// Not visible in our own namespace.
