@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -292,4 +293,26 @@ printf "semop %.2f us/op\n", (time - $t) / (2 * $n) * 1e6'
 			t.Logf("%s: %s", c.name, strings.TrimSpace(out))
 		}
 	}
+}
+
+// TestViewSysctlHostWrite: a value written behind the container's back (a
+// host process in the container's IPC namespace only) is what the
+// container reads next, and from then on what the engine enforces.
+func TestViewSysctlHostWrite(t *testing.T) {
+	e := need(t)
+	rootfs := debianRootfs(t)
+	td, _ := filepath.Abs("testdata")
+	id := uniq(t, "viewhost")
+	o := opts{path: "/usr/bin:/bin:/usr/sbin:/sbin", extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
+	args := o.runArgs(e, id)
+	args[len(args)-2] = rootfs
+	args = append([]string{args[0], "-d", "--null-io"}, args[1:]...)
+	e.ctrOK(t, append(args, "/bin/sleep", "3600")...)
+	t.Cleanup(func() { e.remove(id) })
+	pid := e.pid(t, id)
+	if out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "--ipc", "sh", "-c", "echo 2 > /proc/sys/kernel/msgmni").CombinedOutput(); err != nil {
+		t.Fatalf("nsenter: %v\n%s", err, out)
+	}
+	out := e.exec(t, id, `exec 2>&1; cat /proc/sys/kernel/msgmni; p="perl /t/view.pl"; $p msgget private 0600; $p msgget private 0600; $p msgget private 0600`)
+	want(t, out, `^2\nok 0 pid=\d+\nok 1 pid=\d+\nerr 28 `)
 }
