@@ -208,9 +208,10 @@ func Mount(src Source, pid int, o Options) (_ *FS, err error) {
 	f := &FS{done: make(chan struct{})}
 	root := &dir{}
 	zero := time.Duration(0)
-	sec := time.Second
+	// No entry or attribute caching: every open looks the file up again,
+	// which resets its size to sizeBound (see file.Getattr).
 	rawfs := fs.NewNodeFS(root, &fs.Options{
-		EntryTimeout: &sec, AttrTimeout: &sec, NegativeTimeout: &zero,
+		EntryTimeout: &zero, AttrTimeout: &zero, NegativeTimeout: &zero,
 		OnAdd: func(ctx context.Context) { root.build(ctx, src, &f.Stats) },
 	})
 	// The kernel sent INIT at fsconfig create; NewServer answers it.
@@ -384,9 +385,27 @@ var (
 
 func (f *file) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = syscall.S_IFREG | f.mode
-	out.Size = 0 // as procfs: the size is not known before the read
+	// procfs reports size 0, but FUSE serves splice (sendfile, which
+	// busybox cat uses) from the page cache, which ends at the inode's
+	// size: with 0 it reads nothing. So the size is the content's length
+	// now; every open looks the file up again (no entry or attribute
+	// caching), which refreshes it, and a read that comes up short tells
+	// the kernel where the file really ends. Not a large constant:
+	// readers such as Go's os.ReadFile size their buffer by st_size.
+	out.Size = uint64(len(f.content(ctx)))
 	out.Nlink = 1
 	return 0
+}
+
+// content renders the file for the reader in ctx; errors read as empty.
+func (f *file) content(ctx context.Context) []byte {
+	var b []byte
+	if f.sysctl {
+		b, _ = f.src.ReadSysctl(f.name, reader(ctx))
+	} else {
+		b, _ = f.src.Sysvipc(f.name, reader(ctx))
+	}
+	return b
 }
 
 // Setattr accepts the truncation that open(O_TRUNC) sends (sysctl and
