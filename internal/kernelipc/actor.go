@@ -111,7 +111,10 @@ func startActor(cloneflags uintptr) (*Actor, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), envActor+"=1")
+	// No asynchronous preemption: the runtime's SIGURG would interrupt a
+	// semop sleeping in the kernel (EINTR, even under SA_RESTART), which
+	// a scenario would take for the kernel's answer.
+	cmd.Env = append(os.Environ(), envActor+"=1", "GODEBUG=asyncpreemptoff=1")
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: cloneflags}
 	in, err := cmd.StdinPipe()

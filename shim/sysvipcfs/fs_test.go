@@ -107,8 +107,11 @@ func TestMountInNamespace(t *testing.T) {
 		}
 		last = n
 	}
-	if src.lastBy.Pid != os.Getpid() && src.lastBy.Pid == 0 {
-		t.Errorf("reader pid %d", src.lastBy.Pid)
+	src.mu.Lock()
+	by := src.lastBy
+	src.mu.Unlock()
+	if by.Pid != os.Getpid() && by.Pid == 0 {
+		t.Errorf("reader pid %d", by.Pid)
 	}
 	ents, err := os.ReadDir(in + sv)
 	if err != nil {
