@@ -95,8 +95,10 @@ type credKey struct{ ruid, euid, suid, fsuid, rgid, egid, sgid, fsgid uint32 }
 type process struct {
 	tgid int
 	pid  *ipcns.Pid
-	// pidfd signals the exit of the whole thread group.
+	// pidfd signals the exit of the whole thread group; fd is its number,
+	// taken once: the watcher must not ask pidfd for it after Close.
 	pidfd *os.File
+	fd    int32
 	// threads are the process's cached Tasks, by tid; guarded by
 	// Resolver.mu.
 	threads map[int]*Task
@@ -383,6 +385,7 @@ func (r *Resolver) process(tgid int, ns *ipcns.PidNamespace, nrs []int32) (*proc
 	}
 	r.procs[tgid] = np
 	pfd := int32(np.pidfd.Fd())
+	np.fd = pfd
 	r.byFd[pfd] = np
 	r.mu.Unlock()
 	_ = unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, int(pfd), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: pfd})
@@ -410,11 +413,17 @@ func (r *Resolver) watch(p *process) {
 	}
 	r.exit(p, err == nil)
 	r.mu.Lock()
-	if r.byFd[int32(p.pidfd.Fd())] == p {
-		delete(r.byFd, int32(p.pidfd.Fd()))
+	if r.byFd[p.fd] == p {
+		delete(r.byFd, p.fd)
 	}
+	closed := r.closed
 	r.mu.Unlock()
-	_ = unix.EpollCtl(r.ep, unix.EPOLL_CTL_DEL, int(p.pidfd.Fd()), nil)
+	if closed {
+		// Close closed the pidfd (that is what ended the wait) and the
+		// epoll set: the number may already name another file.
+		return
+	}
+	_ = unix.EpollCtl(r.ep, unix.EPOLL_CTL_DEL, int(p.fd), nil)
 	p.pidfd.Close()
 }
 
