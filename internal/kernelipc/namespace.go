@@ -1,9 +1,8 @@
 package kernelipc
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/internal/osthread"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,29 +21,9 @@ func InFreshNamespace(f func()) error {
 	})
 }
 
-// runLocked runs f on a goroutine locked to an OS thread that is thrown
-// away afterwards, since f changes the thread's namespaces.
-func runLocked(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Deliberately no UnlockOSThread: the thread dies with the
-		// goroutine instead of returning to the pool in the namespace.
-		finished := false
-		defer func() {
-			if r := recover(); r != nil {
-				errc <- fmt.Errorf("panic in fresh namespace: %v", r)
-			} else if !finished {
-				// f called runtime.Goexit, as t.FailNow does.
-				errc <- errors.New("fresh namespace: f did not return (FailNow?)")
-			}
-		}()
-		err := f()
-		finished = true
-		errc <- err
-	}()
-	return <-errc
-}
+// runLocked runs f on an OS thread that is thrown away afterwards, since
+// f changes the thread's namespaces.
+func runLocked(f func() error) error { return osthread.Run(f) }
 
 // Available reports whether this process may create IPC namespaces.
 func Available() bool {

@@ -55,9 +55,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/internal/osthread"
 	"os"
 	"path"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -275,44 +275,41 @@ func Mount(src Source, pid int, o Options) (_ *FS, err error) {
 		}
 	}
 
-	// Attach from a thread of its own in the container's mount namespace.
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread ends with the goroutine.
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				return fmt.Errorf("unshare(CLONE_FS): %w", err)
-			}
-			if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("setns(mnt of pid %d): %w", pid, err)
-			}
-			if err := unix.Setns(int(ipcns.Fd()), unix.CLONE_NEWIPC); err != nil {
-				return fmt.Errorf("setns(ipc of pid %d): %w", pid, err)
-			}
-			for _, a := range todo {
-				ro := a.ro
-				if !ro {
-					var sfs unix.Statfs_t
-					if err := unix.Statfs(a.target, &sfs); err != nil {
-						logf("sysvipcfs: %s: %v: not mounted", a.target, err)
-						continue
-					}
-					ro = sfs.Flags&unix.ST_RDONLY != 0
+	// Attach from a thread of its own in the container's mount namespace,
+	// thrown away afterwards (never the main thread, which the runtime
+	// would park forever, pinning the namespace).
+	err = osthread.Run(func() error {
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fmt.Errorf("unshare(CLONE_FS): %w", err)
+		}
+		if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("setns(mnt of pid %d): %w", pid, err)
+		}
+		if err := unix.Setns(int(ipcns.Fd()), unix.CLONE_NEWIPC); err != nil {
+			return fmt.Errorf("setns(ipc of pid %d): %w", pid, err)
+		}
+		for _, a := range todo {
+			ro := a.ro
+			if !ro {
+				var sfs unix.Statfs_t
+				if err := unix.Statfs(a.target, &sfs); err != nil {
+					logf("sysvipcfs: %s: %v: not mounted", a.target, err)
+					continue
 				}
-				if ro {
-					if err := unix.MountSetattr(a.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
-						return fmt.Errorf("mount_setattr %s: %w", a.target, err)
-					}
-				}
-				if err := unix.MoveMount(a.fd, "", unix.AT_FDCWD, a.target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-					return fmt.Errorf("move_mount onto %s: %w", a.target, err)
+				ro = sfs.Flags&unix.ST_RDONLY != 0
+			}
+			if ro {
+				if err := unix.MountSetattr(a.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+					return fmt.Errorf("mount_setattr %s: %w", a.target, err)
 				}
 			}
-			return nil
-		}()
-	}()
-	if err := <-errc; err != nil {
+			if err := unix.MoveMount(a.fd, "", unix.AT_FDCWD, a.target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return fmt.Errorf("move_mount onto %s: %w", a.target, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return f, nil

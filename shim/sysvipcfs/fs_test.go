@@ -160,8 +160,10 @@ func TestMountInNamespace(t *testing.T) {
 	}
 	// The namespace's end stops the server.
 	syscall.Kill(pid, syscall.SIGKILL)
+	tk := time.Now()
 	select {
 	case <-f.Done():
+		t.Logf("server stopped %v after the kill", time.Since(tk))
 	case <-time.After(5 * time.Second):
 		t.Fatal("server still running 5s after the namespace's last process died")
 	}
