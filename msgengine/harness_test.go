@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -187,11 +188,22 @@ type kernelBackend struct {
 	actors       map[int]*kernelipc.Actor
 	calls        map[int]call
 	names        map[int32]string
+	// patience returns how long an actor seen asleep is given to return
+	// before settle reports it asleep: lateWake when the engine's log
+	// says the call returned, 0 otherwise. A kernel wakeup can reach the
+	// sleeper late (kernelipc.Actor.SettleWithin); a call the kernel
+	// really leaves asleep is still reported asleep.
+	patience func() time.Duration
 }
+
+// lateWake bounds how late a kernel wakeup may reach a sleeper that the
+// engine's run says was woken.
+const lateWake = 2 * time.Second
 
 func newKernelBackend() *kernelBackend {
 	return &kernelBackend{actors: map[int]*kernelipc.Actor{}, calls: map[int]call{},
-		names: map[int32]string{int32(os.Getpid()): "p0"}}
+		names:    map[int32]string{int32(os.Getpid()): "p0"},
+		patience: func() time.Duration { return 0 }}
 }
 
 func (k *kernelBackend) actor(p int) *kernelipc.Actor {
@@ -339,7 +351,7 @@ func (k *kernelBackend) settle(p int) (string, bool) {
 	}
 	ch := make(chan settled, 1)
 	go func() {
-		done, r, err := a.Settle()
+		done, r, err := a.SettleWithin(k.patience())
 		ch <- settled{done, r, err}
 	}()
 	st := <-ch
@@ -621,8 +633,10 @@ func (e *Engine) sleeping(c *ipcns.Caller) bool {
 
 // ---- running a scenario ----
 
-// runKernel runs scenario against the kernel and returns its log.
-func runKernel(t testing.TB, scenario func(*env)) []string {
+// runKernel runs scenario against the kernel and returns its log. want is
+// the engine's log of the same scenario: it tells which calls are expected
+// to have returned when the scenario settles them (kernelBackend.patience).
+func runKernel(t testing.TB, scenario func(*env), want []string) []string {
 	needKernel(t)
 	var log []string
 	var perr any
@@ -630,6 +644,13 @@ func runKernel(t testing.TB, scenario func(*env)) []string {
 		k := newKernelBackend()
 		defer k.close()
 		e := &env{b: k, t: t}
+		k.patience = func() time.Duration {
+			i := len(e.log)
+			if i < len(want) && !strings.HasSuffix(want[i], "settle: asleep") && slices.Equal(e.log, want[:i]) {
+				return lateWake
+			}
+			return 0
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				perr = r
@@ -658,8 +679,8 @@ func runEngine(t testing.TB, lim ipcns.Limits, scenario func(*env)) []string {
 // diff runs scenario on both sides and fails on the first difference.
 func diff(t testing.TB, scenario func(*env)) {
 	t.Helper()
-	k := runKernel(t, scenario)
 	g := runEngine(t, ipcns.DefaultLimits(), scenario)
+	k := runKernel(t, scenario, g)
 	compareLogs(t, k, g)
 }
 

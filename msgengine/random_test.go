@@ -155,8 +155,8 @@ func TestRandomDifferential(t *testing.T) {
 	}
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		sc := randomScenario(rand.New(rand.NewPCG(seed, 0x6d7367)), 120)
-		k := runKernel(t, sc)
 		g := runEngine(t, ipcns.DefaultLimits(), sc)
+		k := runKernel(t, sc, g)
 		t.Run("", func(t *testing.T) {
 			t.Logf("seed %d", seed)
 			compareLogs(t, k, g)
@@ -172,6 +172,7 @@ func FuzzDifferential(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		needKernel(t)
 		sc := randomScenario(&byteSource{b: data}, min(len(data)/4+1, 60))
-		compareLogs(t, runKernel(t, sc), runEngine(t, ipcns.DefaultLimits(), sc))
+		g := runEngine(t, ipcns.DefaultLimits(), sc)
+		compareLogs(t, runKernel(t, sc, g), g)
 	})
 }

@@ -192,8 +192,18 @@ func (a *Actor) Busy() bool { return a.busy }
 
 // Settle waits until the call in flight has returned (true) or is asleep
 // in the kernel (false).
-func (a *Actor) Settle() (done bool, r Result, err error) {
+func (a *Actor) Settle() (done bool, r Result, err error) { return a.SettleWithin(0) }
+
+// SettleWithin is Settle for a caller that expects the call to return: a
+// thread seen asleep in the call counts as asleep only once it has stayed
+// so for patience. A kernel wakeup can be late: the waker hands it to
+// another task's pending wake_q when the sleeper is already queued there
+// (a thread of the actor releasing mmap_lock, say), and that task may be
+// preempted for milliseconds on a loaded machine, so a sleeper the kernel
+// has already woken can still show as asleep for that long.
+func (a *Actor) SettleWithin(patience time.Duration) (done bool, r Result, err error) {
 	deadline := time.Now().Add(10 * time.Second)
+	var asleepSince time.Time
 	for time.Now().Before(deadline) {
 		select {
 		case r, ok := <-a.results:
@@ -204,7 +214,12 @@ func (a *Actor) Settle() (done bool, r Result, err error) {
 			return true, r, nil
 		default:
 		}
-		if a.sleepingIn(a.nr) {
+		if !a.sleepingIn(a.nr) {
+			asleepSince = time.Time{}
+		} else if asleepSince.IsZero() {
+			asleepSince = time.Now()
+		}
+		if !asleepSince.IsZero() && time.Since(asleepSince) >= patience {
 			return false, Result{}, nil
 		}
 		time.Sleep(200 * time.Microsecond)
