@@ -28,6 +28,21 @@ type Creds struct {
 	// Groups are the supplementary groups.
 	Groups []uint32
 	Caps   CapSet
+	// LiveCaps, when not nil, is asked instead of Caps each time a
+	// capability decides a check, which the kernel does only where the
+	// ids and mode bits alone would refuse. A caller whose capabilities
+	// can change behind a cached Creds (capset(2) changes no id) reads
+	// them there, on the rare path, rather than on every call.
+	LiveCaps func() CapSet
+}
+
+// Capable reports whether the caller holds capability cap now (the
+// kernel's ns_capable in the namespace's user namespace).
+func (c *Creds) Capable(cap int) bool {
+	if c.LiveCaps != nil {
+		return c.LiveCaps().Has(cap)
+	}
+	return c.Caps.Has(cap)
 }
 
 // RootCreds returns the credentials of uid 0 with every capability.

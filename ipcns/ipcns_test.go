@@ -37,6 +37,34 @@ func TestPermCheck(t *testing.T) {
 	}
 }
 
+// TestLiveCaps checks that live capabilities are read only where the ids
+// and mode bits refuse (as the kernel calls ns_capable), and win over the
+// cached set.
+func TestLiveCaps(t *testing.T) {
+	p := Perm{UID: 10, GID: 20, CUID: 10, CGID: 20, Mode: 0o600}
+	asked := 0
+	live := AllCaps
+	c := Creds{EUID: 10, Caps: AllCaps, LiveCaps: func() CapSet { asked++; return live }}
+	if err := p.Check(&c, WriteAccess); err != nil || asked != 0 {
+		t.Fatalf("owner: %v, asked %d", err, asked)
+	}
+	if err := p.CheckOwner(&c); err != nil || asked != 0 {
+		t.Fatalf("owner IPC_SET: %v, asked %d", err, asked)
+	}
+	c.EUID = 99
+	live = 0 // dropped by capset: the cached AllCaps must not count
+	if err := p.Check(&c, ReadAccess); err != unix.EACCES || asked != 1 {
+		t.Fatalf("other after capset: %v, asked %d", err, asked)
+	}
+	if err := p.CheckOwner(&c); err != unix.EPERM || asked != 2 {
+		t.Fatalf("other IPC_RMID after capset: %v, asked %d", err, asked)
+	}
+	live = 1 << CapIPCOwner
+	if err := p.Check(&c, ReadAccess); err != nil {
+		t.Fatalf("other with CAP_IPC_OWNER: %v", err)
+	}
+}
+
 func TestCheckOwnerAndUpdated(t *testing.T) {
 	p := Perm{UID: 10, GID: 20, CUID: 11, CGID: 21, Mode: 0o640}
 	for _, c := range []Creds{UserCreds(10, 0), UserCreds(11, 0), {EUID: 5, Caps: 1 << CapSysAdmin}} {

@@ -54,7 +54,7 @@ func (p *Perm) Check(c *Creds, access int) error {
 	} else if c.inGroup(p.CGID) || c.inGroup(p.GID) {
 		granted >>= 3
 	}
-	if requested&^granted&0o7 != 0 && !c.Caps.Has(CapIPCOwner) {
+	if requested&^granted&0o7 != 0 && !c.Capable(CapIPCOwner) {
 		return unix.EACCES
 	}
 	return nil
@@ -64,7 +64,7 @@ func (p *Perm) Check(c *Creds, access int) error {
 // IPC_RMID: the caller must be the owner or the creator, or hold
 // CAP_SYS_ADMIN. It returns EPERM otherwise.
 func (p *Perm) CheckOwner(c *Creds) error {
-	if c.EUID == p.CUID || c.EUID == p.UID || c.Caps.Has(CapSysAdmin) {
+	if c.EUID == p.CUID || c.EUID == p.UID || c.Capable(CapSysAdmin) {
 		return nil
 	}
 	return unix.EPERM

@@ -111,7 +111,7 @@ func (e *Engine) Set(c *ipcns.Caller, msqid int32, uid, gid uint32, mode uint32,
 		return err
 	}
 	qb := int32(uint32(qbytes))
-	if uint32(qb) > uint32(e.ns.Limits().MsgMNB) && !c.Creds.Caps.Has(ipcns.CapSysResource) {
+	if uint32(qb) > uint32(e.ns.Limits().MsgMNB) && !c.Creds.Capable(ipcns.CapSysResource) {
 		return unix.EPERM
 	}
 	q.mu.Lock()

@@ -195,3 +195,14 @@ func logStats(tb testing.TB, g *gateway.Gateway) {
 	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d refused=%d repeats=%d unconfirmed=%d plain=%d",
 		s.Interrupted.Load(), s.Restarts.Load(), s.Resumed.Load(), s.Refused.Load(), s.Repeats.Load(), s.Unconfirmed.Load(), s.Plain.Load())
 }
+
+// BenchmarkCapget measures the capability read that Resolver.fresh adds to
+// every cached call.
+func BenchmarkCapget(b *testing.B) {
+	tid := unix.Gettid()
+	for b.Loop() {
+		if _, err := gateway.CapEff(tid); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

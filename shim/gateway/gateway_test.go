@@ -155,8 +155,23 @@ func buildC(t *testing.T, src string) string {
 
 // TestSemDifferential runs testdata/semprog.c natively in a fresh IPC
 // namespace and under the gateway; the outputs must be identical.
-func TestSemDifferential(t *testing.T) {
-	bin := buildC(t, "testdata/semprog.c")
+func TestSemDifferential(t *testing.T) { cDifferential(t, "testdata/semprog.c") }
+
+// TestCapsetDifferential runs testdata/credprog.c both ways: permission
+// checks after capset(2) drops and raises capabilities without an id
+// change, which a cached Task must notice.
+func TestCapsetDifferential(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	cDifferential(t, "testdata/credprog.c")
+}
+
+// cDifferential builds the C program src, runs it natively in a fresh IPC
+// namespace and under the gateway, and fails on any line that differs.
+func cDifferential(t *testing.T, src string) {
+	t.Helper()
+	bin := buildC(t, src)
 	native, err := harness.NativeCommand(bin).Output()
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
@@ -176,6 +191,9 @@ func TestSemDifferential(t *testing.T) {
 				t.Errorf("line %d:\n native  %s\n trapped %s", i+1, a, b)
 			}
 		}
+	}
+	if testing.Verbose() {
+		t.Logf("native output:\n%s", native)
 	}
 }
 

@@ -221,6 +221,13 @@ func (r *Resolver) Forget(tid int) {
 }
 
 // fresh reports whether cached t still describes thread t.Tid.
+//
+// Capabilities are not part of the check: capset(2) changes them without
+// an id, so the engines read them live when one decides a check
+// (Task.liveCaps). Supplementary groups are not rechecked (no call reads
+// another task's groups for less than a /proc/<tid>/status read, ~30 µs):
+// a setgroups(2) that changes no id is seen at the thread's next id change
+// or exec.
 func (r *Resolver) fresh(t *Task) (bool, error) {
 	t.mu.Lock()
 	k, err := credKey{}, error(unix.EBADF)
@@ -245,6 +252,36 @@ func (r *Resolver) fresh(t *Task) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// liveCaps returns the thread's effective capabilities now, read by tid
+// and then bound to the task: if the pidfd's task is still alive after the
+// capget, the tid named it. A task that is gone holds none.
+func (t *Task) liveCaps() ipcns.CapSet {
+	caps, err := capEff(t.Tid)
+	if err != nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pidfd < 0 {
+		return 0
+	}
+	if _, err := pidfdCreds(t.pidfd); err != nil {
+		return 0
+	}
+	return ipcns.CapSet(caps)
+}
+
+// capEff returns thread tid's effective capability set (capget(2): one
+// cheap call, where /proc/<tid>/status costs a file read and a parse).
+func capEff(tid int) (uint64, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3, Pid: int32(tid)}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return 0, err
+	}
+	return uint64(data[1].Effective)<<32 | uint64(data[0].Effective), nil
 }
 
 func pidfdCreds(pidfd int) (credKey, error) {
@@ -325,6 +362,7 @@ func (r *Resolver) build(tid int) (*Task, error) {
 		c.Groups = append(c.Groups, gidMap.toInner(g))
 	}
 	c.Caps = ipcns.CapSet(st.capEff)
+	c.LiveCaps = t.liveCaps
 	pidNS, err := r.pidNamespace(dir, len(st.nstgid))
 	if err != nil {
 		return fail(err)
