@@ -17,14 +17,19 @@ import (
 )
 
 func init() {
-	// nullcalls N: N semget calls, each must return 42 (the null
-	// handler's answer); prints the time per call in ns.
+	// nullcalls N [WANT]: N semget calls, each must return WANT (the null
+	// handler's answer, default 42); prints the time per call in ns.
 	harness.Register("nullcalls", func(args []string) int {
 		n, _ := strconv.Atoi(args[0])
+		want := uintptr(42)
+		if len(args) > 1 {
+			w, _ := strconv.Atoi(args[1])
+			want = uintptr(w)
+		}
 		start := time.Now()
 		for i := 0; i < n; i++ {
 			r, _, errno := unix.RawSyscall(unix.SYS_SEMGET, 0, 1, 0)
-			if errno != 0 || r != 42 {
+			if errno != 0 || r != want {
 				fmt.Fprintf(os.Stderr, "semget: %d %v\n", r, errno)
 				return 1
 			}
@@ -49,8 +54,10 @@ func TestSizes(t *testing.T) {
 }
 
 // runNull runs "nullcalls n" under the filter with a null handler and
-// returns the child's per-call time in ns.
-func runNull(tb testing.TB, n int, syncWake bool) (perCall int64, served int64) {
+// returns the child's per-call time in ns. With confirmed, the handler
+// answers 0 through ReplyZeroConfirmed (ADDFD|SEND, the task's fd 0
+// replaced by /dev/null) instead of a SEND of 42.
+func runNull(tb testing.TB, n int, syncWake bool, confirmed ...bool) (perCall int64, served int64) {
 	tb.Helper()
 	if why := harness.Supported(); why != "" {
 		tb.Skip(why)
@@ -75,15 +82,31 @@ func runNull(tb testing.TB, n int, syncWake bool) (perCall int64, served int64) 
 				tb.Logf("no sync wake-up: %v", err)
 			}
 		}
+		devnull, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			served1 <- err
+			return err
+		}
+		defer unix.Close(devnull)
 		served1 <- l.Serve(ctx, func(n *seccompnotify.Notif) {
 			count.Add(1)
-			if err := l.Reply(n.ID, 42, 0); err != nil && !seccompnotify.IsGone(err) {
+			var err error
+			if len(confirmed) > 0 && confirmed[0] {
+				err = l.ReplyZeroConfirmed(n.ID, devnull)
+			} else {
+				err = l.Reply(n.ID, 42, 0)
+			}
+			if err != nil && !seccompnotify.IsGone(err) {
 				tb.Errorf("reply: %v", err)
 			}
 		})
 		return nil
 	})
-	cmd := harness.Command(srv.Addr(), "go:nullcalls", strconv.Itoa(n))
+	want := "42"
+	if len(confirmed) > 0 && confirmed[0] {
+		want = "0"
+	}
+	cmd := harness.Command(srv.Addr(), "go:nullcalls", strconv.Itoa(n), want)
 	out, err := cmd.Output()
 	if err != nil {
 		tb.Fatalf("child: %v", err)
@@ -126,6 +149,12 @@ func BenchmarkNullRoundTrip(b *testing.B) {
 			b.ReportMetric(float64(per), "ns/call")
 		})
 	}
+	// The floor of exact delivery: the same null call answered through
+	// ReplyZeroConfirmed, which waits for the task to take the answer.
+	b.Run("confirmed", func(b *testing.B) {
+		per, _ := runNull(b, max(b.N, 1000), true, true)
+		b.ReportMetric(float64(per), "ns/call")
+	})
 }
 
 func BenchmarkNativeGetppid(b *testing.B) {
