@@ -60,13 +60,27 @@ func torture(t *testing.T, mode string) {
 			t.Logf("discarded-reply window hits (Stats.Repeats): %d", g.Stats.Repeats.Load())
 			switch {
 			case got == want:
-			case !exact && g.Stats.Repeats.Load() > 0:
+			case !exact && otherErrors(got) == otherErrors(want):
 				// The kernel discarded an accepted plain SEND: the
-				// window the exact mode closes. Report, do not fail.
+				// window the exact mode closes. A discarded answer to a
+				// task whose handler has no SA_RESTART becomes EINTR
+				// with no restart to count, so Repeats can be 0 here.
+				// Report, do not fail; unexpected errors still fail.
 				t.Logf("plain SEND broke an invariant in the kernel's window: %s", got)
 			default:
 				t.Errorf("invariants differ:\n native  %s\n trapped %s", want, got)
 			}
 		})
 	}
+}
+
+// otherErrors returns the other_errors field of an invariants line:
+// errors that no discarded answer explains.
+func otherErrors(line string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, "other_errors="); ok {
+			return v
+		}
+	}
+	return ""
 }
