@@ -144,7 +144,7 @@ func (e *Engines) msgrcv(r *Request) {
 		}
 		var h [mtypeSize]byte
 		binary.LittleEndian.PutUint64(h[:], uint64(m.Type))
-		if _, err := r.Task.WriteMem2(msgp, h[:], m.Data); err != nil {
+		if err := writeMsg(r.Task, msgp, h[:], m.Data); err != nil {
 			return r.Reply(0, err)
 		}
 		return r.Reply(int64(len(m.Data)), nil)
@@ -255,4 +255,32 @@ func putPerm(b []byte, p *ipcns.Perm) {
 	le.PutUint32(b[16:], p.CGID)
 	le.PutUint16(b[20:], p.Mode)
 	le.PutUint16(b[24:], p.Seq)
+}
+
+// pageSize is the granularity at which a copy into the caller can fault.
+var pageSize = uint64(unix.Getpagesize())
+
+// writeMsg writes a received message into the caller's msgbuf at msgp:
+// mtype, then the text. Linux stores mtype with put_user, a single 8-byte
+// store that writes nothing if any of its bytes faults, while
+// process_vm_writev writes page by page; so an mtype that straddles a page
+// boundary is written second half first: if that page faults, nothing has
+// been written, as in the kernel. The text is copied like copy_to_user,
+// up to the fault.
+func writeMsg(t *Task, msgp uint64, mtype, text []byte) error {
+	cut := pageSize - msgp%pageSize
+	if cut >= mtypeSize || msgp+mtypeSize < msgp {
+		_, err := t.WriteMem2(msgp, mtype, text)
+		return err
+	}
+	if err := t.WriteMem(msgp+cut, mtype[cut:]); err != nil {
+		return err
+	}
+	if err := t.WriteMem(msgp, mtype[:cut]); err != nil {
+		return err
+	}
+	if len(text) == 0 {
+		return nil
+	}
+	return t.WriteMem(msgp+mtypeSize, text)
 }

@@ -138,6 +138,14 @@ int main(void) {
 	R("msgsnd type 6", snd(id, &m, 6, 0));
 	R("msgrcv into guard", rcv(id, guard, 64, 0, 0));
 	R("msgrcv text into guard", rcv(id, guard - 10, 64, 0, 0));
+	/* mtype straddling the guard page: the kernel's put_user is one
+	 * 8-byte store, which writes nothing when its second half faults. */
+	m.type = 0x0102030405060708;
+	R("msgsnd big type", snd(id, &m, 6, 0));
+	memset(guard - 4, 0xaa, 4);
+	R("msgrcv mtype straddling guard", rcv(id, guard - 4, 64, 0, 0));
+	printf("  bytes before guard %02x%02x%02x%02x\n", (unsigned char)guard[-4], (unsigned char)guard[-3],
+	       (unsigned char)guard[-2], (unsigned char)guard[-1]);
 	R("msgrcv empty nowait", rcv(id, &r, 64, 0, IPC_NOWAIT));
 	qstate("empty", id);
 
