@@ -132,17 +132,17 @@ func (e *Engine) Set(c *ipcns.Caller, msqid int32, uid, gid uint32, mode uint32,
 	// again. None can find a message (a queued message matching a
 	// sleeping receiver would have been handed to it), so each either
 	// fails the permission check or sleeps again, in order.
-	rs := q.receivers.takeAll()
-	for w := rs.head; w != nil; {
-		next := w.next
-		rs.remove(w)
+	rs := q.receivers.TakeAll()
+	for w := rs.Front(); w != nil; {
+		next := w.Next()
+		rs.Remove(w)
 		switch {
 		case w.ctx.Err() != nil:
 			w.finish(int(unix.EINTR))
 		case p.Check(&w.caller.Creds, ipcns.ReadAccess) != nil:
 			w.finish(int(unix.EACCES))
 		default:
-			q.receivers.pushBack(w)
+			q.receivers.PushBack(w)
 		}
 		w = next
 	}
@@ -164,10 +164,10 @@ func (e *Engine) Remove(c *ipcns.Caller, msqid int32) error {
 		return unix.EINVAL
 	}
 	for _, l := range []*waitList{&q.receivers, &q.senders} {
-		ws := l.takeAll()
-		for w := ws.head; w != nil; {
-			next := w.next
-			ws.remove(w)
+		ws := l.TakeAll()
+		for w := ws.Front(); w != nil; {
+			next := w.Next()
+			ws.Remove(w)
 			w.finish(int(unix.EIDRM))
 			w = next
 		}

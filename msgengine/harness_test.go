@@ -617,7 +617,7 @@ func (e *Engine) sleeping(c *ipcns.Caller) bool {
 		q.mu.Lock()
 		found := false
 		for _, l := range []*waitList{&q.senders, &q.receivers} {
-			for w := l.head; w != nil; w = w.next {
+			for w := l.Front(); w != nil; w = w.Next() {
 				if w.caller == c {
 					found = true
 				}

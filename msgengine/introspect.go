@@ -34,10 +34,10 @@ func (e *Engine) Queues() []QueueInfo {
 			qi := QueueInfo{ID: q.ID(), Perm: *q.Perm(), Stime: q.stime, Rtime: q.rtime, Ctime: q.ctime,
 				Cbytes: uint64(q.cbytes.Load()), Qnum: uint64(q.qnum.Load()), Qbytes: q.qbytes,
 				Lspid: q.lspid, Lrpid: q.lrpid, Reserved: q.reserved}
-			for w := q.senders.head; w != nil; w = w.next {
+			for w := q.senders.Front(); w != nil; w = w.Next() {
 				qi.Senders++
 			}
-			for w := q.receivers.head; w != nil; w = w.next {
+			for w := q.receivers.Front(); w != nil; w = w.Next() {
 				qi.Receivers++
 			}
 			out = append(out, qi)
@@ -75,11 +75,11 @@ func (e *Engine) Waiters() []WaiterInfo {
 	var out []WaiterInfo
 	for _, q := range e.ids.All() {
 		q.mu.Lock()
-		for w := q.senders.head; w != nil; w = w.next {
+		for w := q.senders.Front(); w != nil; w = w.Next() {
 			out = append(out, WaiterInfo{MsqID: q.ID(), Send: true, Pid: w.caller.Pid, Type: w.mtype,
 				Size: int64(len(w.data)), Since: w.since})
 		}
-		for w := q.receivers.head; w != nil; w = w.next {
+		for w := q.receivers.Front(); w != nil; w = w.Next() {
 			wi := WaiterInfo{MsqID: q.ID(), Pid: w.caller.Pid, Type: w.typ, Size: w.size, Since: w.since}
 			if w.thread != w.caller.Pid {
 				wi.Thread = w.thread

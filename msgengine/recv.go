@@ -88,7 +88,7 @@ func (e *Engine) Msgrcv(ctx context.Context, c *ipcns.Caller, op *RcvOp) (Messag
 	if op.Flags&MsgNoError != 0 {
 		w.maxsize = math.MaxInt32 // r_maxsize = INT_MAX
 	}
-	q.receivers.pushBack(w)
+	q.receivers.PushBack(w)
 	q.sleep(w, &q.receivers)
 	m, err := w.got, w.err()
 	w.release()

@@ -62,7 +62,7 @@ func (e *Engine) Msgsnd(ctx context.Context, c *ipcns.Caller, op *SndOp) error {
 	// ss_add: sleep at the tail of the senders.
 	w := newWaiter(ctx, c)
 	w.mtype, w.data, w.sCommit = op.Type, op.Data, op.Commit
-	q.senders.pushBack(w)
+	q.senders.PushBack(w)
 	q.sleep(w, &q.senders)
 	err = w.err()
 	w.release()
@@ -90,13 +90,13 @@ func (q *Queue) sendLocked(pid *ipcns.Pid, mtype int64, data []byte) {
 // taken off as if it had been gone already, and the scan goes on. It
 // reports whether a receiver took the message.
 func (q *Queue) pipelinedSendLocked(mtype int64, data []byte) bool {
-	for w := q.receivers.head; w != nil; {
-		next := w.next
+	for w := q.receivers.Front(); w != nil; {
+		next := w.Next()
 		if !matches(w.mode, w.typ, mtype) {
 			w = next
 			continue
 		}
-		q.receivers.remove(w)
+		q.receivers.Remove(w)
 		if w.maxsize < int64(len(data)) {
 			w.finish(int(unix.E2BIG))
 			w = next
@@ -142,21 +142,21 @@ func matches(mode int, typ, mtype int64) bool {
 // pending, with EACCES if it may no longer write, sends if its message
 // still fits, and otherwise sleeps again at the tail.
 func (q *Queue) wakeSendersLocked() {
-	if q.senders.empty() {
+	if q.senders.Empty() {
 		return
 	}
 	var woken waitList
-	for w := q.senders.head; w != nil; {
-		next := w.next
+	for w := q.senders.Front(); w != nil; {
+		next := w.Next()
 		if q.fitsLimit(int64(len(w.data))) {
-			q.senders.remove(w)
-			woken.pushBack(w)
+			q.senders.Remove(w)
+			woken.PushBack(w)
 		}
 		w = next
 	}
-	for w := woken.head; w != nil; {
-		next := w.next
-		woken.remove(w)
+	for w := woken.Front(); w != nil; {
+		next := w.Next()
+		woken.Remove(w)
 		switch {
 		case w.ctx.Err() != nil:
 			w.finish(int(unix.EINTR))
@@ -170,7 +170,7 @@ func (q *Queue) wakeSendersLocked() {
 			q.sendLocked(w.caller.Pid, w.mtype, w.data)
 			w.finish(0)
 		default:
-			q.senders.pushBack(w)
+			q.senders.PushBack(w)
 		}
 		w = next
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/internal/ilist"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"golang.org/x/sys/unix"
 )
@@ -20,9 +21,9 @@ const statusUndelivered = -2
 // msg_receiver). The lock of the queue it sleeps on protects every field
 // but wake.
 type waiter struct {
-	prev, next *waiter
-	caller     *ipcns.Caller
-	ctx        context.Context
+	ilist.Entry[waiter]
+	caller *ipcns.Caller
+	ctx    context.Context
 
 	// A sender's message and Commit.
 	mtype   int64
@@ -79,42 +80,7 @@ func (w *waiter) err() error {
 }
 
 // waitList is a FIFO of waiters (q_senders, q_receivers).
-type waitList struct {
-	head, tail *waiter
-}
-
-func (l *waitList) empty() bool { return l.head == nil }
-
-func (l *waitList) pushBack(w *waiter) {
-	w.prev, w.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = w
-	} else {
-		l.head = w
-	}
-	l.tail = w
-}
-
-func (l *waitList) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		l.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		l.tail = w.prev
-	}
-	w.prev, w.next = nil, nil
-}
-
-// takeAll empties l and returns what it held.
-func (l *waitList) takeAll() waitList {
-	o := *l
-	l.head, l.tail = nil, nil
-	return o
-}
+type waitList = ilist.List[waiter, *waiter]
 
 // sleep waits for a waker to finish w, which is on list, or for ctx to be
 // cancelled (a signal: EINTR), and leaves the final status in w. The
@@ -136,7 +102,7 @@ func (q *Queue) sleep(w *waiter, list *waitList) {
 		<-w.wake
 		return
 	}
-	list.remove(w)
+	list.Remove(w)
 	w.status = int(unix.EINTR)
 	q.mu.Unlock()
 }

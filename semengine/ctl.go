@@ -219,20 +219,20 @@ func (s *Set) countLocked(num int, zero bool) int {
 	if zero {
 		q = &s.sems[num].zero
 	}
-	for w := q.head; w != nil; w = w.next {
+	for w := q.front(); w != nil; w = w.Next() {
 		n++
 	}
 	counts := func(w *waiter) bool {
 		op := &w.sops[w.blocking]
 		return int(op.Num) == num && (zero && op.Op == 0 || !zero && op.Op < 0)
 	}
-	for w := s.alter.head; w != nil; w = w.next {
+	for w := s.alter.front(); w != nil; w = w.Next() {
 		if counts(w) {
 			n++
 		}
 	}
 	if zero {
-		for w := s.zero.head; w != nil; w = w.next {
+		for w := s.zero.front(); w != nil; w = w.Next() {
 			if counts(w) {
 				n++
 			}
@@ -277,8 +277,8 @@ func (e *Engine) Remove(c *ipcns.Caller, semid int32) error {
 	}
 	s.undos.Each(func(un *undo.Entry) { un.Detach(&s.undos) })
 	fail := func(q *queue) {
-		for w := q.head; w != nil; {
-			next := w.next
+		for w := q.front(); w != nil; {
+			next := w.Next()
 			s.unlink(w)
 			w.status = int(unix.EIDRM)
 			w.wake <- struct{}{}

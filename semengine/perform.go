@@ -113,8 +113,8 @@ func (s *Set) wakeZero(num int) bool {
 		q = &s.sems[num].zero
 	}
 	done := false
-	for w := q.head; w != nil; {
-		next := w.next
+	for w := q.front(); w != nil; {
+		next := w.Next()
 		if s.complete(w) == 0 {
 			done = true
 		}
@@ -161,8 +161,8 @@ func (s *Set) wakeAlter(num int) bool {
 	}
 	done := false
 again:
-	for w := q.head; w != nil; {
-		next := w.next
+	for w := q.front(); w != nil; {
+		next := w.Next()
 		// Only decrements sleep on a semaphore's own queue: none can
 		// proceed while its value is 0.
 		if num >= 0 && s.sems[num].val == 0 {

@@ -3,6 +3,7 @@ package semengine
 import (
 	"time"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/internal/ilist"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/undo"
 )
@@ -18,8 +19,8 @@ const statusUndelivered = -2
 // waiter is a sleeping semop (struct sem_queue). The lock of the queue it
 // is on protects every field but wake; see the locking rules in doc.go.
 type waiter struct {
-	prev, next *waiter
-	on         *queue // the list the waiter is on; nil once unlinked
+	ilist.Entry[waiter]
+	on *queue // the list the waiter is on; nil once unlinked
 
 	sops     []Sembuf
 	alter    bool
@@ -33,52 +34,32 @@ type waiter struct {
 	wake   chan struct{} // buffered; a send tells the sleeper status changed
 }
 
-// queue is a FIFO of waiters (a list_head of sem_queues).
+// queue is a FIFO of waiters (a list_head of sem_queues) that records in
+// each waiter the queue holding it.
 type queue struct {
-	head, tail *waiter
+	l ilist.List[waiter, *waiter]
 }
 
-func (q *queue) empty() bool { return q.head == nil }
+func (q *queue) empty() bool { return q.l.Empty() }
+
+// front returns the first waiter, or nil; w.Next() walks on.
+func (q *queue) front() *waiter { return q.l.Front() }
 
 func (q *queue) pushBack(w *waiter) {
-	w.on, w.prev, w.next = q, q.tail, nil
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
+	w.on = q
+	q.l.PushBack(w)
 }
 
 func (q *queue) remove(w *waiter) {
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	w.on, w.prev, w.next = nil, nil, nil
+	q.l.Remove(w)
+	w.on = nil
 }
 
 // spliceFront moves every waiter of o, in order, to the front of q
 // (list_splice_init).
 func (q *queue) spliceFront(o *queue) {
-	if o.empty() {
-		return
-	}
-	for w := o.head; w != nil; w = w.next {
+	for w := o.front(); w != nil; w = w.Next() {
 		w.on = q
 	}
-	o.tail.next = q.head
-	if q.head != nil {
-		q.head.prev = o.tail
-	} else {
-		q.tail = o.tail
-	}
-	q.head = o.head
-	o.head, o.tail = nil, nil
+	q.l.SpliceFront(&o.l)
 }

@@ -124,8 +124,8 @@ func (s *Set) unmergeQueues() {
 	if s.complexCount > 0 {
 		return
 	}
-	for w := s.alter.head; w != nil; {
-		next := w.next
+	for w := s.alter.front(); w != nil; {
+		next := w.Next()
 		s.alter.remove(w)
 		s.sems[w.sops[0].Num].alter.pushBack(w)
 		w = next

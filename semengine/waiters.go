@@ -23,7 +23,7 @@ func (e *Engine) Waiters() []WaiterInfo {
 	for _, s := range e.ids.All() {
 		s.lockAll()
 		add := func(q *queue) {
-			for w := q.head; w != nil; w = w.next {
+			for w := q.front(); w != nil; w = w.Next() {
 				out = append(out, WaiterInfo{SemID: s.ID(), Pid: w.caller.Pid,
 					Sops: append([]Sembuf(nil), w.sops...), Blocking: w.blocking, Since: w.since})
 			}
