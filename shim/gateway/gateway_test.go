@@ -176,22 +176,7 @@ func cDifferential(t *testing.T, src string) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	trapped := serve(t, gateway.NewEngines(), bin)
-	if !bytes.Equal(native, trapped) {
-		nl, tl := strings.Split(string(native), "\n"), strings.Split(string(trapped), "\n")
-		for i := 0; i < max(len(nl), len(tl)); i++ {
-			var a, b string
-			if i < len(nl) {
-				a = nl[i]
-			}
-			if i < len(tl) {
-				b = tl[i]
-			}
-			if a != b {
-				t.Errorf("line %d:\n native  %s\n trapped %s", i+1, a, b)
-			}
-		}
-	}
+	diff(t, native, serve(t, gateway.NewEngines(), bin))
 	if testing.Verbose() {
 		t.Logf("native output:\n%s", native)
 	}
