@@ -67,6 +67,9 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 	// side effects documented at gateway.Gateway.ExactDelivery.
 	gw.ExactDelivery = os.Getenv("CONTAINERD_SHIM_IPC_PLAIN_DELIVERY") == ""
 	s := &Service{TTRPCTaskService: inner, ctx: ctx, ns: ns, gw: gw, sock: SocketPath()}
+	if n := sweepStale(filepath.Dir(s.sock)); n > 0 {
+		log.G(ctx).Infof("removed %d socket(s) left by shims that died", n)
+	}
 	ns.OnCreate, ns.OnFree = s.publish, s.unpublish
 	s.view = NewViews(ns, gw.Resolver())
 	s.view.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
