@@ -34,8 +34,8 @@ func (r *Request) bindCheck() error {
 	return r.Valid()
 }
 
-func (e *Engines) msgget(r *Request) {
-	eng := e.Msg(r.Task.IPCNS)
+func (n *Namespace) msgget(r *Request) {
+	eng := n.msg
 	if err := r.Valid(); err != nil {
 		return
 	}
@@ -48,8 +48,8 @@ func (e *Engines) msgget(r *Request) {
 // (EFAULT), then the engine checks the rest. A message is committed (the
 // answer sent) with the queue locked: a refused answer leaves the queue
 // as it was.
-func (e *Engines) msgsnd(r *Request) {
-	eng := e.Msg(r.Task.IPCNS)
+func (n *Namespace) msgsnd(r *Request) {
+	eng := n.msg
 	msqid, msgp, msgsz, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int(int32(r.Arg(3)))
 	var mtype int64
 	var data []byte
@@ -114,8 +114,8 @@ func (e *Engines) msgsnd(r *Request) {
 //
 // Exact delivery (ADDFD|SEND) cannot carry msgrcv's byte count, so the
 // answer is always a plain SEND.
-func (e *Engines) msgrcv(r *Request) {
-	eng := e.Msg(r.Task.IPCNS)
+func (n *Namespace) msgrcv(r *Request) {
+	eng := n.msg
 	msqid, msgp, msgsz, msgtyp, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int64(r.Arg(3)), int(int32(r.Arg(4)))
 	if err := eng.CheckRecv(msqid, msgsz, flg); err != nil {
 		r.Reply(0, err)
@@ -172,8 +172,8 @@ func (e *Engines) msgrcv(r *Request) {
 // command the engine's checks, then the copy (EFAULT) — except IPC_SET,
 // which copies msqid64_ds in first. Commands with IPC_64 (0x100) are
 // EINVAL: x86_64 and arm64 do not parse an IPC version.
-func (e *Engines) msgctl(r *Request) {
-	eng := e.Msg(r.Task.IPCNS)
+func (n *Namespace) msgctl(r *Request) {
+	eng := n.msg
 	c := &r.Task.Caller
 	msqid, cmd, buf := int32(r.Arg(0)), int(int32(r.Arg(1))), r.Arg(2)
 	if msqid < 0 || cmd < 0 {

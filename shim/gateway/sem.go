@@ -5,121 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"sync"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"golang.org/x/sys/unix"
 )
 
-// Engines serves the semaphore calls from semengine and the message-queue
-// calls from msgengine, one pair of engines per kernel IPC namespace
-// (keyed by the caller's Task.IPCNS) sharing that namespace's limits.
-type Engines struct {
-	// Limits are the limits of new namespaces.
-	Limits ipcns.Limits
-
-	// mu guards nss.
-	mu  sync.Mutex
-	nss map[uint64]*nsEngines
-}
-
-// nsEngines are the engines of one kernel IPC namespace.
-type nsEngines struct {
-	sem *semengine.Engine
-	msg *msgengine.Engine
-}
-
-// NewEngines returns an empty set of namespaces with Linux's default
-// limits.
-func NewEngines() *Engines {
-	return &Engines{Limits: ipcns.DefaultLimits(), nss: make(map[uint64]*nsEngines)}
-}
-
-func (e *Engines) ns(ino uint64) *nsEngines {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	n := e.nss[ino]
-	if n == nil {
-		ns := ipcns.NewNamespace("ipc:"+uitoa(ino), e.Limits)
-		n = &nsEngines{sem: semengine.New(ns), msg: msgengine.New(ns)}
-		e.nss[ino] = n
-	}
-	return n
-}
-
-// Sem returns the semaphore engine of kernel IPC namespace ino, making it
-// on first use.
-func (e *Engines) Sem(ino uint64) *semengine.Engine { return e.ns(ino).sem }
-
-// Msg returns the message-queue engine of kernel IPC namespace ino,
-// making it on first use.
-func (e *Engines) Msg(ino uint64) *msgengine.Engine { return e.ns(ino).msg }
-
-func uitoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
-}
-
-// Namespaces returns the kernel IPC namespace inodes that have engines.
-func (e *Engines) Namespaces() []uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	inos := make([]uint64, 0, len(e.nss))
-	for ino := range e.nss {
-		inos = append(inos, ino)
-	}
-	return inos
-}
-
-// Exit applies the SEM_UNDO adjustments of pid in every namespace.
-func (e *Engines) Exit(pid *ipcns.Pid) {
-	e.mu.Lock()
-	all := make([]*semengine.Engine, 0, len(e.nss))
-	for _, n := range e.nss {
-		all = append(all, n.sem)
-	}
-	e.mu.Unlock()
-	for _, s := range all {
-		s.Exit(pid)
-	}
-}
-
-// Handle serves one call.
-func (e *Engines) Handle(r *Request) {
-	switch r.Sysno {
-	case SysSemget:
-		e.semget(r)
-	case SysSemop:
-		e.semop(r, false)
-	case SysSemtimedop:
-		e.semop(r, true)
-	case SysSemctl:
-		e.semctl(r)
-	case SysMsgget:
-		e.msgget(r)
-	case SysMsgsnd:
-		e.msgsnd(r)
-	case SysMsgrcv:
-		e.msgrcv(r)
-	case SysMsgctl:
-		e.msgctl(r)
-	default:
-		r.Reply(0, unix.ENOSYS)
-	}
-}
-
-func (e *Engines) semget(r *Request) {
-	eng := e.Sem(r.Task.IPCNS)
+func (n *Namespace) semget(r *Request) {
+	eng := n.sem
 	if err := r.Valid(); err != nil {
 		return
 	}
@@ -130,8 +23,8 @@ func (e *Engines) semget(r *Request) {
 // sembufSize is sizeof(struct sembuf).
 const sembufSize = 6
 
-func (e *Engines) semop(r *Request, timed bool) {
-	eng := e.Sem(r.Task.IPCNS)
+func (n *Namespace) semop(r *Request, timed bool) {
+	eng := n.sem
 	semid, nsops := int32(r.Arg(0)), uint32(r.Arg(2))
 	op := &semengine.Op{SemID: semid}
 	// Linux's order: the timeout is copied first (EFAULT), then nsops is
@@ -215,8 +108,8 @@ const semidDSSize = 104
 // seminfoSize is sizeof(struct seminfo): ten ints.
 const seminfoSize = 40
 
-func (e *Engines) semctl(r *Request) {
-	eng := e.Sem(r.Task.IPCNS)
+func (n *Namespace) semctl(r *Request) {
+	eng := n.sem
 	c := &r.Task.Caller
 	semid, semnum, cmd, arg := int32(r.Arg(0)), int(int32(r.Arg(1))), int(int32(r.Arg(2))), r.Arg(3)
 	if semid < 0 {

@@ -176,7 +176,7 @@ func (s *Service) snapshot() control.Snapshot {
 }
 
 func buildNamespace(ino uint64, e *engineNS, members []string, ctrs map[string]ctrMeta, pidns map[uint64]string, now time.Time) control.Namespace {
-	sem, msg := e.eng.Sem(ino), e.eng.Msg(ino)
+	sem, msg := e.eng.Sem(), e.eng.Msg()
 	l := sem.Namespace().Limits()
 	out := control.Namespace{Inode: ino, Containers: []control.Container{}, SemSets: []control.SemSet{},
 		Queues: []control.Queue{}, Waiters: []control.Waiter{}, Undo: []control.Undo{}}

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -41,7 +42,7 @@ type member struct {
 }
 
 type engineNS struct {
-	eng     *gateway.Engines
+	eng     *gateway.Namespace
 	limits  ipcns.Limits
 	members map[string]struct{}
 }
@@ -90,7 +91,7 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	e := n.byIno[ino]
 	created := e == nil
 	if created {
-		e = newEngineNS(m.limits)
+		e = newEngineNS(ino, m.limits)
 		n.byIno[ino] = e
 		if n.OnCreate != nil {
 			n.OnCreate(ino)
@@ -104,9 +105,8 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	return created
 }
 
-func newEngineNS(l ipcns.Limits) *engineNS {
-	eng := gateway.NewEngines()
-	eng.Limits = l
+func newEngineNS(ino uint64, l ipcns.Limits) *engineNS {
+	eng := gateway.NewNamespace("ipc:"+strconv.FormatUint(ino, 10), l)
 	return &engineNS{eng: eng, limits: l, members: map[string]struct{}{}}
 }
 
@@ -199,7 +199,7 @@ func (n *Namespaces) Len() int {
 // process that made an IPC namespace of its own inside a container
 // (unshare -i) gets a fresh one with Linux's defaults, as from the
 // kernel; it lives as long as the shim.
-func (n *Namespaces) engines(ino uint64) *gateway.Engines {
+func (n *Namespaces) engines(ino uint64) *gateway.Namespace {
 	n.mu.RLock()
 	e := n.byIno[ino]
 	n.mu.RUnlock()
@@ -209,7 +209,7 @@ func (n *Namespaces) engines(ino uint64) *gateway.Engines {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if e = n.byIno[ino]; e == nil {
-		e = newEngineNS(ipcns.DefaultLimits())
+		e = newEngineNS(ino, ipcns.DefaultLimits())
 		n.byIno[ino] = e
 		n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
 	}
@@ -222,7 +222,7 @@ func (n *Namespaces) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS).Handle
 // Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
 func (n *Namespaces) Exit(pid *ipcns.Pid) {
 	n.mu.RLock()
-	all := make([]*gateway.Engines, 0, len(n.byIno))
+	all := make([]*gateway.Namespace, 0, len(n.byIno))
 	for _, e := range n.byIno {
 		all = append(all, e.eng)
 	}

@@ -172,7 +172,7 @@ func (v *View) close() {
 
 // peek returns the engine namespace of kernel IPC namespace ino without
 // making one.
-func (n *Namespaces) peek(ino uint64) *gateway.Engines {
+func (n *Namespaces) peek(ino uint64) *gateway.Namespace {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if e := n.byIno[ino]; e != nil {
@@ -184,7 +184,7 @@ func (n *Namespaces) peek(ino uint64) *gateway.Engines {
 // engines returns the engines and namespace inode for reader r: the
 // reader's IPC namespace when this shim serves it, else the container's;
 // nil while the container's namespace has no engine yet.
-func (v *View) engines(r sysvipcfs.Reader) (*gateway.Engines, uint64) {
+func (v *View) engines(r sysvipcfs.Reader) (*gateway.Namespace, uint64) {
 	if r.Pid > 0 {
 		if ino, err := IPCInode(r.Pid); err == nil && ino != v.ino {
 			if e := v.vs.ns.peek(ino); e != nil {
@@ -206,17 +206,17 @@ func (v *View) Sysvipc(name string, r sysvipcfs.Reader) ([]byte, error) {
 	case "shm":
 		return v.k.read(v.k.shm)
 	case "sem":
-		e, ino := v.engines(r)
+		e, _ := v.engines(r)
 		if e == nil {
 			return emptySem, nil
 		}
-		return e.Sem(ino).ProcSysvipc(), nil
+		return e.Sem().ProcSysvipc(), nil
 	case "msg":
-		e, ino := v.engines(r)
+		e, _ := v.engines(r)
 		if e == nil {
 			return emptyMsg, nil
 		}
-		return e.Msg(ino).ProcSysvipc(v.pidNamespace(r)), nil
+		return e.Msg().ProcSysvipc(v.pidNamespace(r)), nil
 	}
 	return nil, syscall.ENOENT
 }
@@ -267,9 +267,9 @@ func (v *View) ReadSysctl(name string, r sysvipcfs.Reader) ([]byte, error) {
 	}
 	switch name {
 	case "sem_next_id":
-		return fmt.Appendf(nil, "%d\n", e.Sem(ino).Registry().NextID()), nil
+		return fmt.Appendf(nil, "%d\n", e.Sem().Registry().NextID()), nil
 	case "msg_next_id":
-		return fmt.Appendf(nil, "%d\n", e.Msg(ino).Registry().NextID()), nil
+		return fmt.Appendf(nil, "%d\n", e.Msg().Registry().NextID()), nil
 	}
 	l := v.sync(e, ino)
 	switch name {
@@ -287,8 +287,8 @@ func (v *View) ReadSysctl(name string, r sysvipcfs.Reader) ([]byte, error) {
 
 // sync applies the kernel's limits to the engine namespace when they
 // changed since last applied, and returns the engine's limits.
-func (v *View) sync(e *gateway.Engines, ino uint64) ipcns.Limits {
-	ns := e.Sem(ino).Namespace()
+func (v *View) sync(e *gateway.Namespace, ino uint64) ipcns.Limits {
+	ns := e.Sem().Namespace()
 	if ino != v.ino {
 		return *ns.Limits() // not the namespace whose kernel files we hold
 	}
@@ -338,9 +338,9 @@ func (v *View) WriteSysctl(name string, value []byte, r sysvipcfs.Reader) error 
 			return syscall.EINVAL
 		}
 		if name == "sem_next_id" {
-			e.Sem(v.ino).Registry().SetNextID(id)
+			e.Sem().Registry().SetNextID(id)
 		} else {
-			e.Msg(v.ino).Registry().SetNextID(id)
+			e.Msg().Registry().SetNextID(id)
 		}
 		return nil
 	}
@@ -348,7 +348,7 @@ func (v *View) WriteSysctl(name string, value []byte, r sysvipcfs.Reader) error 
 	if err != nil {
 		return err
 	}
-	e.Sem(v.ino).Namespace().SetLimits(kl)
+	e.Sem().Namespace().SetLimits(kl)
 	v.last = kl
 	v.vs.logf("container %s: kernel.%s written: limits now sem=%s msgmax=%d msgmnb=%d msgmni=%d",
 		v.id, name, strings.ReplaceAll(kl.SemString(), "\t", " "), kl.MsgMax, kl.MsgMNB, kl.MsgMNI)
