@@ -313,3 +313,36 @@ func TestRefuseJoinKernelNamespace(t *testing.T) {
 	}
 	want(t, out, `which no io.containerd.ipc.v2 shim serves.*run this one with io.containerd.runc.v2`)
 }
+
+// TestThreadChangesIPCNamespace: a thread that moved to a new IPC
+// namespace (unshare -i) must no longer see its container's objects, even
+// though the gateway caches each thread's namespace. With CAP_SYS_ADMIN and
+// no profile the shim traps unshare and setns and lets them run; with
+// containerd's default profile and no CAP_SYS_ADMIN they are refused, and
+// nothing needs trapping. Both compared with runc's shim.
+func TestThreadChangesIPCNamespace(t *testing.T) {
+	e := need(t)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  string
+		log   string
+	}{
+		{"trapped", []string{"--cap-add", "CAP_SYS_ADMIN"}, `^0\nunshare ok\nERR ENOENT\n$`, `namespace changes: \[unshare setns\] trapped and let run`},
+		{"refused", []string{"--seccomp"}, `^0\nunshare ERR EPERM\n0\n$`, `namespace changes: refused by the profile`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got [2]string
+			for i, rt := range []string{runtimeIPC, runtimeRunc} {
+				id := uniq(t, "unshare")
+				e.start(t, id, opts{runtime: rt, extra: tc.extra})
+				got[i] = e.exec(t, id, `ipct semget 0x7171 1 create >/dev/null; ipct unshare 0x7171`)
+			}
+			want(t, got[0], tc.want)
+			if got[0] != got[1] {
+				t.Fatalf("this shim and runc's differ:\n ipc  %q\n runc %q", got[0], got[1])
+			}
+			e.waitLog(t, tc.log)
+		})
+	}
+}

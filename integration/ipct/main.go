@@ -9,6 +9,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -170,6 +171,8 @@ func usage() {
   msgsnd KEY TYPE TEXT | msgrcv KEY TYPE [nowait] | msgrm KEY | msgqnum KEY
   semloop KEY N [undo]               N semop -1/+1 pairs; print ns per pair
   pingpong KEY N ping|pong           msg round trips; ping prints ns per trip
+  unshare KEY                        on one thread: semget KEY, unshare(CLONE_NEWIPC),
+                                     semget KEY again; one line per step
   pid                                print the caller's pid
   now                                print the time in ns since the epoch
   worker SEMKEY MSGKEY N             N times: lock, take the counter from the
@@ -358,6 +361,25 @@ func main() {
 		if a[2] == "ping" {
 			fmt.Println(time.Since(t0).Nanoseconds() / int64(n))
 		}
+	case "unshare":
+		need(1)
+		// One thread throughout: the gateway caches a thread's IPC
+		// namespace and must notice that this one moved.
+		runtime.LockOSThread()
+		show := func(id int, err error) {
+			if err != nil {
+				fmt.Printf("ERR %s\n", unix.ErrnoName(err.(unix.Errno)))
+				return
+			}
+			fmt.Println(id)
+		}
+		show(semget(num(a[0]), 0, 0))
+		if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+			fmt.Printf("unshare ERR %s\n", unix.ErrnoName(err.(unix.Errno)))
+		} else {
+			fmt.Println("unshare ok")
+		}
+		show(semget(num(a[0]), 0, 0))
 	case "pid":
 		fmt.Println(os.Getpid())
 	case "now":

@@ -57,6 +57,7 @@ const (
 	archX86_64  = unix.AUDIT_ARCH_X86_64
 	archI386    = unix.AUDIT_ARCH_I386
 	archAArch64 = unix.AUDIT_ARCH_AARCH64
+	archARM     = unix.AUDIT_ARCH_ARM
 	x32Bit      = 0x40000000
 	i386IPC     = 117
 )
@@ -72,6 +73,9 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 	switch d.Arch {
 	case archX86_64:
 		if d.Nr&x32Bit != 0 {
+			if nr := d.Nr &^ x32Bit; nr == unix.SYS_UNSHARE || nr == unix.SYS_SETNS {
+				return SysNSChange, Continue // same numbers in x32's table
+			}
 			return SysUnknown, Refuse
 		}
 		switch d.Nr {
@@ -114,6 +118,12 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 		case 193:
 			return SysSemop, Serve
 		case 97, 268: // unshare, setns
+			return SysNSChange, Continue
+		}
+	case archARM:
+		// arch/arm/tools/syscall.tbl: a 32-bit process on arm64, trapped
+		// by name in the profile's compat architecture.
+		if d.Nr == 337 || d.Nr == 375 { // unshare, setns
 			return SysNSChange, Continue
 		}
 	case archI386:

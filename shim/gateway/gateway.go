@@ -332,9 +332,9 @@ type Gateway struct {
 	// waiter is cancelled in the engine.
 	PollInterval time.Duration
 	// NSCallsTrapped says that the filter traps unshare and setns (as
-	// ipcfilter's does): the thread's IPC namespace is then cached and
-	// reread only after one of them, instead of on every call. Set it
-	// before Serve.
+	// ipcfilter's does), or refuses them: the thread's IPC namespace is
+	// then cached and reread only after one of them, instead of on every
+	// call. It is Serve's default; ServeListener takes it per listener.
 	NSCallsTrapped bool
 	// SyncWakeUp asks for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on each
 	// listener (default true; ignored where the kernel lacks it).
@@ -410,21 +410,28 @@ func (g *Gateway) logf(format string, args ...any) {
 // Serve serves l until its filter has no users left or ctx is cancelled;
 // it returns like seccompnotify.Listener.Serve, and does not close l.
 func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
-	if g.NSCallsTrapped {
-		g.res.CheckIPCNS = false
-	}
+	return g.ServeListener(ctx, l, g.NSCallsTrapped)
+}
+
+// ServeListener is Serve with NSCallsTrapped given for this listener: a
+// shim serves containers whose seccomp profiles differ, and the IPC
+// namespace of a thread may be cached only where no thread can change it
+// unseen (see spec.Plan.NSFixed).
+func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, nsCallsTrapped bool) error {
 	if g.SyncWakeUp {
 		if err := l.SetSyncWakeUp(); err != nil {
 			g.logf("gateway: %v", err)
 		}
 	}
-	return l.Serve(ctx, func(n *seccompnotify.Notif) { g.dispatch(l, n) })
+	return l.Serve(ctx, func(n *seccompnotify.Notif) { g.dispatch(l, n, !nsCallsTrapped) })
 }
 
 // Wait waits for the blocked calls to finish (after ctx's cancellation).
 func (g *Gateway) Wait() { g.blocked.Wait() }
 
-func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
+// dispatch serves notification n of listener l; checkNS makes the caller's
+// identification reread its IPC namespace.
+func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif, checkNS bool) {
 	sys, verdict := Decode(&n.Data)
 	switch verdict {
 	case Continue:
@@ -448,7 +455,7 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif) {
 		_ = l.Reply(n.ID, 0, unix.EPERM)
 		return
 	}
-	t, hit, err := g.res.resolve(int(n.Pid))
+	t, hit, err := g.res.resolve(int(n.Pid), checkNS)
 	if err != nil {
 		if !errors.Is(err, ErrTaskGone) {
 			g.logf("gateway: identify tid %d: %v", n.Pid, err)

@@ -186,17 +186,18 @@ func (r *Resolver) Reap() {
 // and the namespace links. The caller must still check the notification
 // with ID_VALID before acting (see Task).
 func (r *Resolver) Resolve(tid int) (*Task, error) {
-	t, _, err := r.resolve(tid)
+	t, _, err := r.resolve(tid, r.CheckIPCNS)
 	return t, err
 }
 
-// resolve is Resolve, also reporting whether the Task came from the cache.
-func (r *Resolver) resolve(tid int) (*Task, bool, error) {
+// resolve is Resolve, with checkNS in place of CheckIPCNS, also reporting
+// whether the Task came from the cache.
+func (r *Resolver) resolve(tid int, checkNS bool) (*Task, bool, error) {
 	r.mu.Lock()
 	t := r.threads[tid]
 	r.mu.Unlock()
 	if t != nil {
-		ok, err := r.fresh(t)
+		ok, err := r.fresh(t, checkNS)
 		if err != nil {
 			return nil, false, err
 		}
@@ -228,7 +229,7 @@ func (r *Resolver) Forget(tid int) {
 // another task's groups for less than a /proc/<tid>/status read, ~30 µs):
 // a setgroups(2) that changes no id is seen at the thread's next id change
 // or exec.
-func (r *Resolver) fresh(t *Task) (bool, error) {
+func (r *Resolver) fresh(t *Task, checkNS bool) (bool, error) {
 	t.mu.Lock()
 	k, err := credKey{}, error(unix.EBADF)
 	if t.pidfd >= 0 {
@@ -242,7 +243,7 @@ func (r *Resolver) fresh(t *Task) (bool, error) {
 	if k != t.key {
 		return false, nil
 	}
-	if r.CheckIPCNS {
+	if checkNS {
 		ino, err := nsInode(r.proc + "/" + strconv.Itoa(t.Tid) + "/ns/ipc")
 		if err != nil {
 			return false, nil

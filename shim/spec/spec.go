@@ -21,6 +21,13 @@ import (
 // Syscalls are the calls the shim serves.
 var Syscalls = []string{"semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv", "msgctl"}
 
+// NSCalls are the calls that move an existing thread to another IPC
+// namespace. The gateway caches each thread's IPC namespace; it may do so
+// only if it sees these calls (trapped, then let run) or the profile
+// refuses them. Creating a process in a new namespace (clone, clone3)
+// makes a new thread, which the gateway identifies afresh.
+var NSCalls = []string{"unshare", "setns"}
+
 // ConfigFile is the OCI spec's name in a bundle.
 const ConfigFile = "config.json"
 
@@ -38,6 +45,14 @@ type Plan struct {
 	IPCPath string
 	// Notified lists the calls trapped (those the profile allows).
 	Notified []string
+	// NSFixed reports that no thread of the container can change its IPC
+	// namespace unseen: each of NSCalls is trapped (listed in NSNotified)
+	// or refused outright by the profile. The gateway then caches each
+	// thread's IPC namespace instead of rereading it on every call.
+	NSFixed bool
+	// NSNotified lists the NSCalls trapped: the profile allows them
+	// unconditionally, the gateway notes them and lets them run.
+	NSNotified []string
 }
 
 // Error is a refusal that stops the container; its text says what to
@@ -247,10 +262,78 @@ func Patch(s *specs.Spec, listenerPath string) (*Plan, error) {
 		return plan, nil
 	}
 	keep = append(keep, specs.LinuxSyscall{Names: plan.Notified, Action: specs.ActNotify})
+	keep, plan.NSNotified, plan.NSFixed = trapNSCalls(keep, sc.DefaultAction)
+	if len(plan.NSNotified) > 0 {
+		keep = append(keep, specs.LinuxSyscall{Names: plan.NSNotified, Action: specs.ActNotify})
+	}
 	sc.Syscalls = keep
 	sc.ListenerPath = listenerPath
 	if sc.ListenerMetadata == "" {
 		sc.ListenerMetadata = "io.containerd.ipc.v2"
 	}
 	return plan, nil
+}
+
+// trapNSCalls decides, for each of NSCalls, what the profile (rules and
+// default action) does with it:
+//   - allowed unconditionally (ActAllow by its only rule, or by the default
+//     action with no rule): it is taken out of its allow rule and returned
+//     in notify, to be trapped; the gateway lets it run (CONTINUE), so the
+//     profile's decision stands;
+//   - refused unconditionally (errno, kill, trap): nothing to do, no thread
+//     can make it;
+//   - anything else (rules with argument conditions, SCMP_ACT_LOG, whose
+//     logging a trap would lose, SCMP_ACT_TRACE, whose tracer decides):
+//     left alone, and fixed is false.
+//
+// Trapping a call the profile refuses would be wrong: the gateway's
+// CONTINUE runs it, bypassing the refusal.
+func trapNSCalls(rules []specs.LinuxSyscall, def specs.LinuxSeccompAction) (out []specs.LinuxSyscall, notify []string, fixed bool) {
+	fixed = true
+	trap := map[string]bool{}
+	for _, n := range NSCalls {
+		var named []specs.LinuxSyscall
+		for _, r := range rules {
+			if slices.Contains(r.Names, n) {
+				named = append(named, r)
+			}
+		}
+		action, simple := def, true
+		switch {
+		case len(named) > 1:
+			simple = false
+		case len(named) == 1:
+			action, simple = named[0].Action, len(named[0].Args) == 0
+		}
+		switch {
+		case !simple:
+			fixed = false
+		case action == specs.ActAllow:
+			trap[n] = true
+			notify = append(notify, n)
+		case refuses(action):
+		default:
+			fixed = false
+		}
+	}
+	for _, r := range rules {
+		if r.Action == specs.ActAllow && len(r.Args) == 0 {
+			r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool { return trap[n] })
+			if len(r.Names) == 0 {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out, notify, fixed
+}
+
+// refuses reports whether action stops a call from running, whatever its
+// arguments.
+func refuses(a specs.LinuxSeccompAction) bool {
+	switch a {
+	case specs.ActErrno, specs.ActKill, specs.ActKillProcess, specs.ActKillThread, specs.ActTrap:
+		return true
+	}
+	return false
 }

@@ -117,3 +117,55 @@ func TestLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestNSCalls(t *testing.T) {
+	argRule := specs.LinuxSyscall{Names: []string{"unshare"}, Action: specs.ActAllow,
+		Args: []specs.LinuxSeccompArg{{Index: 0, Value: 0x20000, Op: specs.OpMaskedEqual, ValueTwo: 0}}}
+	for _, tc := range []struct {
+		name       string
+		sc         *specs.LinuxSeccomp
+		notified   []string
+		fixed      bool
+		allowNames []string // the first rule's names afterwards
+	}{
+		{"no profile", nil, []string{"unshare", "setns"}, true, nil},
+		{"allow by default", &specs.LinuxSeccomp{DefaultAction: specs.ActAllow}, []string{"unshare", "setns"}, true, nil},
+		{"refused by default (docker without CAP_SYS_ADMIN)", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno,
+			Syscalls: []specs.LinuxSyscall{{Names: []string{"read", "semop"}, Action: specs.ActAllow}}}, nil, true, []string{"read"}},
+		{"setns allowed by a rule, unshare refused by default", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno,
+			Syscalls: []specs.LinuxSyscall{{Names: []string{"read", "setns", "semop"}, Action: specs.ActAllow}}}, []string{"setns"}, true, []string{"read"}},
+		{"unshare refused by a rule", &specs.LinuxSeccomp{DefaultAction: specs.ActAllow,
+			Syscalls: []specs.LinuxSyscall{{Names: []string{"unshare"}, Action: specs.ActErrno}}}, []string{"setns"}, true, []string{"unshare"}},
+		{"unshare allowed with conditions", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno,
+			Syscalls: []specs.LinuxSyscall{argRule, {Names: []string{"semop"}, Action: specs.ActAllow}}}, nil, false, []string{"unshare"}},
+		{"logged by default", &specs.LinuxSeccomp{DefaultAction: specs.ActLog}, nil, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := withIPC(tc.sc)
+			p, err := Patch(s, "/run/x.sock")
+			if err != nil || !p.Trapped {
+				t.Fatal(p, err)
+			}
+			if !slices.Equal(p.NSNotified, tc.notified) || p.NSFixed != tc.fixed {
+				t.Fatalf("NSNotified %v NSFixed %v, want %v %v", p.NSNotified, p.NSFixed, tc.notified, tc.fixed)
+			}
+			var trapped []string
+			for _, r := range s.Linux.Seccomp.Syscalls {
+				for _, n := range r.Names {
+					if slices.Contains(NSCalls, n) && r.Action == specs.ActNotify {
+						trapped = append(trapped, n)
+					}
+					if slices.Contains(tc.notified, n) && r.Action != specs.ActNotify {
+						t.Fatalf("%s still in a %s rule", n, r.Action)
+					}
+				}
+			}
+			if !slices.Equal(trapped, tc.notified) {
+				t.Fatalf("NOTIFY rules name %v", trapped)
+			}
+			if tc.allowNames != nil && !slices.Equal(s.Linux.Seccomp.Syscalls[0].Names, tc.allowNames) {
+				t.Fatalf("first rule %v, want %v", s.Linux.Seccomp.Syscalls[0].Names, tc.allowNames)
+			}
+		})
+	}
+}

@@ -44,6 +44,12 @@ type Service struct {
 	srv *listener.Server // listening once the first trapped container is created
 
 	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
+
+	// nsFixed holds, by container id, spec.Plan.NSFixed of this shim's
+	// trapped containers: whether their threads' IPC namespaces may be
+	// cached. A container missing here (another shim's, joining) has its
+	// namespace reread on every call.
+	nsFixed sync.Map // string -> bool
 }
 
 // NewService wraps runc's task service.
@@ -163,7 +169,9 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 				}
 			}()
 		}
-		if err := s.gw.Serve(s.ctx, l); err != nil && !errors.Is(err, context.Canceled) {
+		v, _ := s.nsFixed.Load(id)
+		fixed, _ := v.(bool)
+		if err := s.gw.ServeListener(s.ctx, l, fixed); err != nil && !errors.Is(err, context.Canceled) {
 			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
 		}
 	}()
@@ -230,19 +238,33 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
 		}
 		s.ns.Prepare(r.ID, plan.Limits)
+		s.nsFixed.Store(r.ID, plan.NSFixed)
 		s.noteSpec(r.ID, sp)
-		lg.Infof("trapping %v (IPC namespace %s)", plan.Notified, orNew(plan.IPCPath))
+		lg.Infof("trapping %v (IPC namespace %s); namespace changes: %s", plan.Notified, orNew(plan.IPCPath), nsChanges(plan))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
 	}
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
+		s.nsFixed.Delete(r.ID)
 	}
 	if err == nil && plan.Trapped && Wanted(sp) {
 		s.attachView(ctx, r.ID, int(resp.Pid))
 	}
 	return resp, err
+}
+
+// nsChanges says in words how the gateway learns of a thread changing
+// IPC namespace (spec.Plan.NSFixed).
+func nsChanges(p *spec.Plan) string {
+	switch {
+	case !p.NSFixed:
+		return "possible unseen, IPC namespace reread on every call"
+	case len(p.NSNotified) > 0:
+		return fmt.Sprintf("%v trapped and let run", p.NSNotified)
+	}
+	return "refused by the profile"
 }
 
 func orNew(p string) string {
@@ -259,6 +281,7 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	if err == nil && r.ExecID == "" {
 		s.view.Detach(r.ID)
 		s.ns.Remove(r.ID)
+		s.nsFixed.Delete(r.ID)
 		s.forgetContainer(r.ID)
 	}
 	return resp, err
