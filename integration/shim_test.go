@@ -328,8 +328,8 @@ func TestThreadChangesIPCNamespace(t *testing.T) {
 		want  string
 		log   string
 	}{
-		{"trapped", []string{"--cap-add", "CAP_SYS_ADMIN"}, `^0\nunshare ok\nERR ENOENT\n$`, `namespace changes: \[unshare setns\] trapped and let run`},
-		{"refused", []string{"--seccomp"}, `^0\nunshare ERR EPERM\n0\n$`, `namespace changes: refused by the profile`},
+		{"trapped", []string{"--cap-add", "CAP_SYS_ADMIN"}, `^0\nunshare ok\nERR ENOENT\n$`, `namespace changes: \[unshare setns\] trapped and let run; group changes: \[setgroups setgroups32\] trapped and let run`},
+		{"refused", []string{"--seccomp"}, `^0\nunshare ERR EPERM\n0\n$`, `namespace changes: refused by the profile; group changes: \[setgroups setgroups32\] trapped and let run`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got [2]string

@@ -22,9 +22,12 @@ const (
 	// SysNSChange is unshare or setns: not served, but a sign that the
 	// thread's IPC namespace may change (see Gateway.NSCallsTrapped).
 	SysNSChange
+	// SysGroupsChange is setgroups: not served, but a sign that the
+	// thread's supplementary groups may change.
+	SysGroupsChange
 )
 
-var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "unshare/setns"}
+var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "unshare/setns", "setgroups"}
 
 // String returns the call's name.
 func (s Sysno) String() string {
@@ -73,8 +76,11 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 	switch d.Arch {
 	case archX86_64:
 		if d.Nr&x32Bit != 0 {
-			if nr := d.Nr &^ x32Bit; nr == unix.SYS_UNSHARE || nr == unix.SYS_SETNS {
-				return SysNSChange, Continue // same numbers in x32's table
+			switch d.Nr &^ x32Bit { // same numbers in x32's table
+			case unix.SYS_UNSHARE, unix.SYS_SETNS:
+				return SysNSChange, Continue
+			case unix.SYS_SETGROUPS:
+				return SysGroupsChange, Continue
 			}
 			return SysUnknown, Refuse
 		}
@@ -97,6 +103,8 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			return SysMsgctl, Serve
 		case unix.SYS_UNSHARE, unix.SYS_SETNS:
 			return SysNSChange, Continue
+		case unix.SYS_SETGROUPS:
+			return SysGroupsChange, Continue
 		}
 	case archAArch64:
 		// include/uapi/asm-generic/unistd.h
@@ -119,16 +127,24 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			return SysSemop, Serve
 		case 97, 268: // unshare, setns
 			return SysNSChange, Continue
+		case 159: // setgroups
+			return SysGroupsChange, Continue
 		}
 	case archARM:
 		// arch/arm/tools/syscall.tbl: a 32-bit process on arm64, trapped
 		// by name in the profile's compat architecture.
-		if d.Nr == 337 || d.Nr == 375 { // unshare, setns
+		switch d.Nr {
+		case 337, 375: // unshare, setns
 			return SysNSChange, Continue
+		case 81, 206: // setgroups (16-bit ids), setgroups32
+			return SysGroupsChange, Continue
 		}
 	case archI386:
-		if d.Nr == 310 || d.Nr == 346 { // unshare, setns
+		switch d.Nr {
+		case 310, 346: // unshare, setns
 			return SysNSChange, Continue
+		case 81, 206: // setgroups (16-bit ids), setgroups32
+			return SysGroupsChange, Continue
 		}
 		if d.Nr == i386IPC {
 			// ipc(call, ...): SHMAT 21, SHMDT 22, SHMGET 23, SHMCTL 24;

@@ -435,9 +435,12 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif, ch
 	sys, verdict := Decode(&n.Data)
 	switch verdict {
 	case Continue:
-		if sys == SysNSChange && n.Pid != 0 {
-			// The thread may move to another IPC namespace: reread it
-			// at its next call. Safe to CONTINUE: no pointer argument.
+		if (sys == SysNSChange || sys == SysGroupsChange) && n.Pid != 0 {
+			// The thread may move to another IPC namespace or change
+			// its groups: identify it afresh at its next call, which it
+			// makes after this one has run. CONTINUE is safe here: the
+			// profile allows the call, and nothing is decided on its
+			// arguments.
 			g.res.Forget(int(n.Pid))
 		}
 		_ = l.Continue(n.ID)

@@ -158,8 +158,10 @@ func buildC(t *testing.T, src string) string {
 func TestSemDifferential(t *testing.T) { cDifferential(t, "testdata/semprog.c") }
 
 // TestCapsetDifferential runs testdata/credprog.c both ways: permission
-// checks after capset(2) drops and raises capabilities without an id
-// change, which a cached Task must notice.
+// checks after capset(2) drops and raises capabilities, and after
+// setgroups(2) changes the supplementary groups, with no id change; a
+// cached Task must notice both (capabilities are read live, setgroups is
+// trapped and makes the gateway forget the Task).
 func TestCapsetDifferential(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")

@@ -227,8 +227,9 @@ func (r *Resolver) Forget(tid int) {
 // an id, so the engines read them live when one decides a check
 // (Task.liveCaps). Supplementary groups are not rechecked (no call reads
 // another task's groups for less than a /proc/<tid>/status read, ~30 µs):
-// a setgroups(2) that changes no id is seen at the thread's next id change
-// or exec.
+// where the filter traps setgroups(2) the gateway forgets the Task as the
+// call passes (Forget); elsewhere a setgroups that changes no id is seen
+// at the thread's next id change or exec.
 func (r *Resolver) fresh(t *Task, checkNS bool) (bool, error) {
 	t.mu.Lock()
 	k, err := credKey{}, error(unix.EBADF)

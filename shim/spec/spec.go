@@ -28,6 +28,11 @@ var Syscalls = []string{"semget", "semop", "semtimedop", "semctl", "msgget", "ms
 // makes a new thread, which the gateway identifies afresh.
 var NSCalls = []string{"unshare", "setns"}
 
+// GroupCalls change a thread's supplementary groups, which the gateway
+// caches with the rest of its identity and cannot reread cheaply: trapped
+// where the profile allows them, they make it forget what it cached.
+var GroupCalls = []string{"setgroups", "setgroups32"}
+
 // ConfigFile is the OCI spec's name in a bundle.
 const ConfigFile = "config.json"
 
@@ -53,6 +58,10 @@ type Plan struct {
 	// NSNotified lists the NSCalls trapped: the profile allows them
 	// unconditionally, the gateway notes them and lets them run.
 	NSNotified []string
+	// GroupsNotified lists the GroupCalls trapped, as NSNotified. Where
+	// the profile allows them only conditionally, a setgroups(2) that
+	// changes no id goes unseen until the thread's next id change.
+	GroupsNotified []string
 }
 
 // Error is a refusal that stops the container; its text says what to
@@ -262,9 +271,10 @@ func Patch(s *specs.Spec, listenerPath string) (*Plan, error) {
 		return plan, nil
 	}
 	keep = append(keep, specs.LinuxSyscall{Names: plan.Notified, Action: specs.ActNotify})
-	keep, plan.NSNotified, plan.NSFixed = trapNSCalls(keep, sc.DefaultAction)
-	if len(plan.NSNotified) > 0 {
-		keep = append(keep, specs.LinuxSyscall{Names: plan.NSNotified, Action: specs.ActNotify})
+	keep, plan.NSNotified, plan.NSFixed = trapAllowed(keep, sc.DefaultAction, NSCalls)
+	keep, plan.GroupsNotified, _ = trapAllowed(keep, sc.DefaultAction, GroupCalls)
+	if seen := append(slices.Clone(plan.NSNotified), plan.GroupsNotified...); len(seen) > 0 {
+		keep = append(keep, specs.LinuxSyscall{Names: seen, Action: specs.ActNotify})
 	}
 	sc.Syscalls = keep
 	sc.ListenerPath = listenerPath
@@ -274,8 +284,8 @@ func Patch(s *specs.Spec, listenerPath string) (*Plan, error) {
 	return plan, nil
 }
 
-// trapNSCalls decides, for each of NSCalls, what the profile (rules and
-// default action) does with it:
+// trapAllowed decides, for each of names (NSCalls, GroupCalls), what the
+// profile (rules and default action) does with it:
 //   - allowed unconditionally (ActAllow by its only rule, or by the default
 //     action with no rule): it is taken out of its allow rule and returned
 //     in notify, to be trapped; the gateway lets it run (CONTINUE), so the
@@ -286,12 +296,13 @@ func Patch(s *specs.Spec, listenerPath string) (*Plan, error) {
 //     logging a trap would lose, SCMP_ACT_TRACE, whose tracer decides):
 //     left alone, and fixed is false.
 //
-// Trapping a call the profile refuses would be wrong: the gateway's
-// CONTINUE runs it, bypassing the refusal.
-func trapNSCalls(rules []specs.LinuxSyscall, def specs.LinuxSeccompAction) (out []specs.LinuxSyscall, notify []string, fixed bool) {
+// fixed reports that no name is left in the third case. Trapping a call
+// the profile refuses would be wrong: the gateway's CONTINUE runs it,
+// bypassing the refusal.
+func trapAllowed(rules []specs.LinuxSyscall, def specs.LinuxSeccompAction, names []string) (out []specs.LinuxSyscall, notify []string, fixed bool) {
 	fixed = true
 	trap := map[string]bool{}
-	for _, n := range NSCalls {
+	for _, n := range names {
 		var named []specs.LinuxSyscall
 		for _, r := range rules {
 			if slices.Contains(r.Names, n) {

@@ -169,3 +169,25 @@ func TestNSCalls(t *testing.T) {
 		})
 	}
 }
+
+func TestGroupCalls(t *testing.T) {
+	s := withIPC(nil)
+	p, err := Patch(s, "/run/x.sock")
+	if err != nil || !slices.Equal(p.GroupsNotified, GroupCalls) {
+		t.Fatal(p, err)
+	}
+	// Docker style: setgroups allowed by the allow list, setgroups32 not
+	// listed (refused by default).
+	sc := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: []specs.LinuxSyscall{
+		{Names: []string{"read", "setgroups", "semop"}, Action: specs.ActAllow}}}
+	if p, err = Patch(withIPC(sc), "/run/x.sock"); err != nil || !slices.Equal(p.GroupsNotified, []string{"setgroups"}) {
+		t.Fatal(p, err)
+	}
+	if !slices.Equal(sc.Syscalls[0].Names, []string{"read"}) {
+		t.Fatalf("allow rule %v", sc.Syscalls[0].Names)
+	}
+	last := sc.Syscalls[len(sc.Syscalls)-1]
+	if last.Action != specs.ActNotify || !slices.Equal(last.Names, []string{"setgroups"}) {
+		t.Fatalf("last rule %+v", last)
+	}
+}

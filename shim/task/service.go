@@ -240,7 +240,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		s.ns.Prepare(r.ID, plan.Limits)
 		s.nsFixed.Store(r.ID, plan.NSFixed)
 		s.noteSpec(r.ID, sp)
-		lg.Infof("trapping %v (IPC namespace %s); namespace changes: %s", plan.Notified, orNew(plan.IPCPath), nsChanges(plan))
+		lg.Infof("trapping %v (IPC namespace %s); namespace changes: %s; group changes: %s", plan.Notified, orNew(plan.IPCPath), nsChanges(plan), groupChanges(plan))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
 	}
@@ -265,6 +265,15 @@ func nsChanges(p *spec.Plan) string {
 		return fmt.Sprintf("%v trapped and let run", p.NSNotified)
 	}
 	return "refused by the profile"
+}
+
+// groupChanges says in words how the gateway learns of a thread changing
+// its supplementary groups (spec.Plan.GroupsNotified).
+func groupChanges(p *spec.Plan) string {
+	if len(p.GroupsNotified) > 0 {
+		return fmt.Sprintf("%v trapped and let run", p.GroupsNotified)
+	}
+	return "not trapped (the profile does not allow setgroups unconditionally): seen at the next id change"
 }
 
 func orNew(p string) string {

@@ -3,6 +3,7 @@
  * the gateway (a cached caller must not keep capabilities it dropped). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,7 +40,7 @@ int main(void) {
 	if (p == 0) {
 		if (setgid(1000) != 0 || setuid(1000) != 0)
 			_exit(2);
-		_exit(semget(0x5eed, 1, 0600 | IPC_CREAT) < 0);
+		_exit(semget(0x5eed, 1, 0600 | IPC_CREAT) < 0 || semget(0x5eee, 1, 0660 | IPC_CREAT) < 0);
 	}
 	int st;
 	waitpid(p, &st, 0);
@@ -57,9 +58,22 @@ int main(void) {
 	R("raise CAP_IPC_OWNER", effective(CAP_IPC_OWNER, 1));
 	R("GETVAL with it again", semctl(id, 0, GETVAL));
 	R("semop with it", semop(id, &op, 1));
+	/* Supplementary groups without an id change: group 1000 may use the
+	 * 0660 set of uid 1000, others may not. */
+	int gid = semget(0x5eee, 0, 0);
+	gid_t g1000 = 1000;
+	R("drop CAP_IPC_OWNER again", effective(CAP_IPC_OWNER, 0));
+	R("setgroups []", setgroups(0, NULL));
+	R("GETVAL 0660 set, no group", semctl(gid, 0, GETVAL));
+	R("setgroups [1000]", setgroups(1, &g1000));
+	R("GETVAL 0660 set, in group", semctl(gid, 0, GETVAL));
+	R("setgroups [] again", setgroups(0, NULL));
+	R("GETVAL 0660 set, out again", semctl(gid, 0, GETVAL));
+	R("raise CAP_IPC_OWNER", effective(CAP_IPC_OWNER, 1));
 	R("drop CAP_SYS_ADMIN", effective(CAP_SYS_ADMIN, 0));
 	R("IPC_RMID without", semctl(id, 0, IPC_RMID));
 	R("raise CAP_SYS_ADMIN", effective(CAP_SYS_ADMIN, 1));
 	R("IPC_RMID with it", semctl(id, 0, IPC_RMID));
+	R("IPC_RMID 0660 set", semctl(gid, 0, IPC_RMID));
 	return 0;
 }

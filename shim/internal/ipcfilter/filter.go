@@ -25,7 +25,9 @@
 //     no other value can occur.
 //
 // unshare and setns (x86_64 272 and 308, i386 310 and 346) are trapped
-// so that the gateway learns of IPC namespace changes; it lets them run.
+// so that the gateway learns of IPC namespace changes, and setgroups
+// (x86_64 116, i386 81 and 206) so that it learns of group changes; it
+// lets them run.
 //
 // shm* calls (shmget 29, shmat 30, shmctl 31, shmdt 67) are not trapped:
 // shared memory stays with the kernel.
@@ -44,16 +46,17 @@ const X32SyscallBit = 0x40000000
 // Native x86_64 numbers of the trapped calls. unshare and setns, the
 // only calls that move an existing thread to another IPC namespace, are
 // trapped too: the gateway then caches each thread's namespace instead of
-// rereading it on every IPC call, and lets these two run (CONTINUE).
+// rereading it on every IPC call, and lets these two run (CONTINUE);
+// setgroups likewise makes it forget the thread's cached groups.
 var X86_64 = []uint32{
 	unix.SYS_SEMGET, unix.SYS_SEMOP, unix.SYS_SEMCTL, unix.SYS_SEMTIMEDOP,
 	unix.SYS_MSGGET, unix.SYS_MSGSND, unix.SYS_MSGRCV, unix.SYS_MSGCTL,
-	unix.SYS_UNSHARE, unix.SYS_SETNS,
+	unix.SYS_UNSHARE, unix.SYS_SETNS, unix.SYS_SETGROUPS,
 }
 
 // I386 numbers of the trapped calls: ipc(2), the direct calls, unshare
-// (310) and setns (346).
-var I386 = []uint32{117, 393, 394, 399, 400, 401, 402, 420, 310, 346}
+// (310), setns (346), setgroups (81) and setgroups32 (206).
+var I386 = []uint32{117, 393, 394, 399, 400, 401, 402, 420, 310, 346, 81, 206}
 
 // offset of the fields of struct seccomp_data.
 const (
