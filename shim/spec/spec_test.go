@@ -2,6 +2,8 @@ package spec
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -189,5 +191,65 @@ func TestGroupCalls(t *testing.T) {
 	last := sc.Syscalls[len(sc.Syscalls)-1]
 	if last.Action != specs.ActNotify || !slices.Equal(last.Names, []string{"setgroups"}) {
 		t.Fatalf("last rule %+v", last)
+	}
+}
+
+// TestPatchNeverTrapsARefusal patches random profiles and checks the rule
+// that makes trapping safe: a call the profile refuses whatever its
+// arguments (by its only rule, or by the default action when no rule
+// names it) is never given to the shim, whose CONTINUE would run it.
+func TestPatchNeverTrapsARefusal(t *testing.T) {
+	names := []string{"unshare", "setns", "setgroups", "setgroups32", "semget", "semop", "msgsnd", "read"}
+	actions := []specs.LinuxSeccompAction{specs.ActAllow, specs.ActErrno, specs.ActLog, specs.ActKillProcess, specs.ActTrace, specs.ActTrap}
+	src := rand.New(rand.NewPCG(7, 7))
+	pick := func(n int) int { return src.IntN(n) }
+	for iter := 0; iter < 5000; iter++ {
+		sc := &specs.LinuxSeccomp{DefaultAction: actions[pick(len(actions))]}
+		for r := pick(5); r > 0; r-- {
+			rule := specs.LinuxSyscall{Action: actions[pick(len(actions))]}
+			for _, n := range names {
+				if pick(3) == 0 {
+					rule.Names = append(rule.Names, n)
+				}
+			}
+			if len(rule.Names) == 0 {
+				continue
+			}
+			if pick(4) == 0 {
+				rule.Args = []specs.LinuxSeccompArg{{Index: 0, Value: 1, Op: specs.OpEqualTo}}
+			}
+			sc.Syscalls = append(sc.Syscalls, rule)
+		}
+		// What the original profile refuses outright.
+		refused := map[string]bool{}
+		for _, n := range names {
+			var named []specs.LinuxSyscall
+			for _, r := range sc.Syscalls {
+				if slices.Contains(r.Names, n) {
+					named = append(named, r)
+				}
+			}
+			switch {
+			case len(named) == 0:
+				refused[n] = refuses(sc.DefaultAction)
+			case len(named) == 1 && len(named[0].Args) == 0:
+				refused[n] = refuses(named[0].Action)
+			}
+		}
+		before := fmt.Sprintf("%+v", *sc)
+		p, err := Patch(withIPC(sc), "/run/x.sock")
+		if err != nil {
+			continue // refused profiles (a listener of their own) change nothing
+		}
+		for _, r := range sc.Syscalls {
+			if r.Action != specs.ActNotify {
+				continue
+			}
+			for _, n := range r.Names {
+				if refused[n] {
+					t.Fatalf("profile %s: refused call %s trapped (plan %+v)", before, n, p)
+				}
+			}
+		}
 	}
 }
