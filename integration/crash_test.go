@@ -115,8 +115,27 @@ func TestShimKilled(t *testing.T) {
 	}
 	e.remove(id)
 
-	// The same id again: a fresh shim and a fresh, empty namespace.
-	pid = e.start(t, id, opts{})
+	// The same id again: a fresh shim and a fresh, empty namespace, once
+	// containerd has cleaned up after the dead shim (it runs the shim
+	// binary's delete action, slow under the race detector; until then
+	// the id is taken).
+	args := opts{}.runArgs(e, id)
+	args = append([]string{args[0], "-d", "--null-io"}, args[1:]...)
+	args = append(args, "/bin/sleep", "3600")
+	free := time.Now().Add(30 * time.Second)
+	for {
+		out, err := e.ctrCmd(60*time.Second, args...)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(out, "already exists") || time.Now().After(free) {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		e.remove(id)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Cleanup(func() { e.remove(id) })
+	pid = e.pid(t, id)
 	want(t, e.exec(t, id, `ipct semget 0x5151 1; ipct semget 0x5151 1 create; ipct getval 0x5151 0`), `^ERR ENOENT\n0\n0\n$`)
 	e.wantKernelSets(t, pid, 0)
 }
