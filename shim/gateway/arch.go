@@ -65,6 +65,16 @@ const (
 	i386IPC     = 117
 )
 
+// compatNoted are the numbers, on the 32-bit architectures, of the calls
+// the gateway notes and lets run: unshare and setns, setgroups (16-bit
+// ids) and setgroups32. The profile traps them by name on its compat
+// architectures too (arch/arm/tools/syscall.tbl,
+// arch/x86/entry/syscalls/syscall_32.tbl).
+var compatNoted = map[uint32]map[int32]Sysno{
+	archARM:  {337: SysNSChange, 375: SysNSChange, 81: SysGroupsChange, 206: SysGroupsChange},
+	archI386: {310: SysNSChange, 346: SysNSChange, 81: SysGroupsChange, 206: SysGroupsChange},
+}
+
 // Decode maps a notification's arch and number to a served call.
 //
 // x86_64 and arm64 native numbers are served (the structs of the two
@@ -131,20 +141,12 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			return SysGroupsChange, Continue
 		}
 	case archARM:
-		// arch/arm/tools/syscall.tbl: a 32-bit process on arm64, trapped
-		// by name in the profile's compat architecture.
-		switch d.Nr {
-		case 337, 375: // unshare, setns
-			return SysNSChange, Continue
-		case 81, 206: // setgroups (16-bit ids), setgroups32
-			return SysGroupsChange, Continue
+		if s, ok := compatNoted[archARM][d.Nr]; ok {
+			return s, Continue
 		}
 	case archI386:
-		switch d.Nr {
-		case 310, 346: // unshare, setns
-			return SysNSChange, Continue
-		case 81, 206: // setgroups (16-bit ids), setgroups32
-			return SysGroupsChange, Continue
+		if s, ok := compatNoted[archI386][d.Nr]; ok {
+			return s, Continue
 		}
 		if d.Nr == i386IPC {
 			// ipc(call, ...): SHMAT 21, SHMDT 22, SHMGET 23, SHMCTL 24;
