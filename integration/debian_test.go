@@ -31,14 +31,10 @@ perl /t/sysv.pl; python3 /t/sysv.py; sh /t/apache.sh keep`
 	res := map[string]string{}
 	for _, rt := range []string{runtimeRunc, runtimeIPC} {
 		t.Run(rt, func(t *testing.T) {
-			o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
+			o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", rootfs: rootfs,
+				extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
 			id := uniq(t, "deb")
-			args := o.runArgs(e, id)
-			args[len(args)-2] = rootfs
-			args = append([]string{args[0], "-d", "--null-io"}, args[1:]...)
-			e.ctrOK(t, append(args, "/bin/sleep", "3600")...)
-			t.Cleanup(func() { e.remove(id) })
-			pid := e.pid(t, id)
+			pid := e.start(t, id, o)
 			out := e.exec(t, id, script)
 			// apache is still running: its accept mutex is a SysV set,
 			// in the kernel under runc's shim, in the engine under ours.

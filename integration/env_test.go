@@ -194,6 +194,7 @@ type opts struct {
 	runtime string
 	extra   []string
 	path    string // PATH in the container; /bin by default
+	rootfs  string // the busybox rootfs by default
 }
 
 func (o opts) runArgs(e *env, id string) []string {
@@ -205,9 +206,13 @@ func (o opts) runArgs(e *env, id string) []string {
 	if path == "" {
 		path = "/bin"
 	}
+	rootfs := o.rootfs
+	if rootfs == "" {
+		rootfs = e.rootfs
+	}
 	a := []string{"run", "--env", "PATH=" + path, "--runtime", rt, "--rootfs"}
 	a = append(a, o.extra...)
-	return append(a[:len(a):len(a)], e.rootfs, id)
+	return append(a[:len(a):len(a)], rootfs, id)
 }
 
 // run runs sh -c script in a new container and returns its output.

@@ -38,10 +38,9 @@ func debianRootfs(t *testing.T) string {
 func (e *env) runDebian(t *testing.T, rt, rootfs, script string, extra ...string) string {
 	t.Helper()
 	td, _ := filepath.Abs("testdata")
-	o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", rootfs: rootfs,
 		extra: append([]string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}, extra...)}
 	args := o.runArgs(e, uniq(t, "view"))
-	args[len(args)-2] = rootfs
 	args = append([]string{args[0], "--rm"}, args[1:]...)
 	// One stream: ctr copies stdout and stderr separately, in no fixed
 	// order.
@@ -306,13 +305,8 @@ func TestViewSysctlHostWrite(t *testing.T) {
 	rootfs := debianRootfs(t)
 	td, _ := filepath.Abs("testdata")
 	id := uniq(t, "viewhost")
-	o := opts{path: "/usr/bin:/bin:/usr/sbin:/sbin", extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
-	args := o.runArgs(e, id)
-	args[len(args)-2] = rootfs
-	args = append([]string{args[0], "-d", "--null-io"}, args[1:]...)
-	e.ctrOK(t, append(args, "/bin/sleep", "3600")...)
-	t.Cleanup(func() { e.remove(id) })
-	pid := e.pid(t, id)
+	o := opts{path: "/usr/bin:/bin:/usr/sbin:/sbin", rootfs: rootfs, extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
+	pid := e.start(t, id, o)
 	if out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "--ipc", "sh", "-c", "echo 2 > /proc/sys/kernel/msgmni").CombinedOutput(); err != nil {
 		t.Fatalf("nsenter: %v\n%s", err, out)
 	}
