@@ -137,7 +137,7 @@ func (e *Engine) Set(c *ipcns.Caller, msqid int32, uid, gid uint32, mode uint32,
 		next := w.Next()
 		rs.Remove(w)
 		switch {
-		case w.ctx.Err() != nil:
+		case w.isSignalled():
 			w.finish(int(unix.EINTR))
 		case p.Check(&w.caller.Creds, ipcns.ReadAccess) != nil:
 			w.finish(int(unix.EACCES))

@@ -52,35 +52,55 @@ func convertMode(msgtyp int64, flags int) (int, int64) {
 // a buffer smaller than the message, with MSG_NOERROR), ENOMSG
 // (IPC_NOWAIT); while asleep EIDRM, E2BIG (a message sent to it did not
 // fit its buffer), EACCES (permissions changed), EINTR; ErrNotDelivered
-// when Commit refused. The returned Message is the caller's to keep.
+// when Commit refused. The returned Message is the caller's to keep. It is
+// StartRecv for callers that can block a goroutine; op.Done is its own.
 func (e *Engine) Msgrcv(ctx context.Context, c *ipcns.Caller, op *RcvOp) (Message, error) {
+	type result struct {
+		m   Message
+		err error
+	}
+	ended := make(chan result, 1)
+	op.Done = func(m Message, err error) { ended <- result{m, err} }
+	m, wt, err := e.StartRecv(c, op)
+	if wt == nil {
+		return m, err
+	}
+	res := block(ctx, wt, ended, result{err: unix.EINTR})
+	return res.m, res.err
+}
+
+// StartRecv begins msgrcv(2) for c. It returns the message (after Commit,
+// if set, took it) or the error when the call ends at once (Msgrcv's
+// errors, or ErrWouldSleep with op.NoSleep), and a Wait when the receiver
+// went to sleep — queued in the same critical section that found no
+// message — ending with op.Done or w.Cancel.
+func (e *Engine) StartRecv(c *ipcns.Caller, op *RcvOp) (Message, *Wait, error) {
 	if err := e.CheckRecv(op.MsqID, op.Size, op.Flags); err != nil {
-		return Message{}, err
+		return Message{}, nil, err
 	}
 	mode, typ := convertMode(op.Type, op.Flags)
 	q, err := e.ids.Lookup(op.MsqID)
 	if err != nil {
-		return Message{}, err
+		return Message{}, nil, err
 	}
 	if err := q.Perm().Check(&c.Creds, ipcns.ReadAccess); err != nil {
-		return Message{}, err
+		return Message{}, nil, err
 	}
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.Deleted() {
-		q.mu.Unlock()
-		return Message{}, unix.EIDRM
+		return Message{}, nil, unix.EIDRM
 	}
 	if m, done, err := q.takeLocked(c, op, mode, typ); done {
-		q.mu.Unlock()
-		return m, err
+		return m, nil, err
 	}
 	if op.Flags&IPCNoWait != 0 {
-		q.mu.Unlock()
-		return Message{}, unix.ENOMSG
+		return Message{}, nil, unix.ENOMSG
 	}
-	w := newWaiter(ctx, c)
-	w.mode, w.typ, w.size, w.rCommit = mode, typ, op.Size, op.Commit
-	w.thread = op.Thread
+	if op.NoSleep {
+		return Message{}, nil, ErrWouldSleep
+	}
+	w := &waiter{caller: c, mode: mode, typ: typ, size: op.Size, rCommit: op.Commit, rDone: op.Done, thread: op.Thread}
 	if w.thread == nil {
 		w.thread = c.Pid
 	}
@@ -88,11 +108,7 @@ func (e *Engine) Msgrcv(ctx context.Context, c *ipcns.Caller, op *RcvOp) (Messag
 	if op.Flags&MsgNoError != 0 {
 		w.maxsize = math.MaxInt32 // r_maxsize = INT_MAX
 	}
-	q.receivers.PushBack(w)
-	q.sleep(w, &q.receivers)
-	m, err := w.got, w.err()
-	w.release()
-	return m, err
+	return Message{}, q.sleep(w, &q.receivers), nil
 }
 
 // takeLocked looks for a message for op (find_msg) and, if there is one,

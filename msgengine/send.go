@@ -27,46 +27,57 @@ func (e *Engine) CheckSend(msqid int32, mtype int64, msgsz int64) error {
 // EINTR. Errors in do_msgsnd's order: EINVAL (msgsz, msqid), EINVAL
 // (mtype), EINVAL (no such id), EACCES, EIDRM, EAGAIN (full queue with
 // IPC_NOWAIT); while asleep EIDRM (removed), EACCES (permissions changed
-// when it was woken), EINTR; ErrNotDelivered when Commit refused.
+// when it was woken), EINTR; ErrNotDelivered when Commit refused. It is
+// StartSend for callers that can block a goroutine; op.Done is its own.
 func (e *Engine) Msgsnd(ctx context.Context, c *ipcns.Caller, op *SndOp) error {
+	ended := make(chan error, 1)
+	op.Done = func(err error) { ended <- err }
+	op.Signalled = func() bool { return ctx.Err() != nil }
+	wt, err := e.StartSend(c, op)
+	if wt == nil {
+		return err
+	}
+	return block(ctx, wt, ended, error(unix.EINTR))
+}
+
+// StartSend begins msgsnd(2) for c. It returns (nil, nil) when the
+// message was sent at once (Commit, if set, took it), (nil, err) when the
+// call failed (Msgsnd's errors, or ErrWouldSleep with op.NoSleep), and
+// (w, nil) when the sender went to sleep — queued in the same critical
+// section that found the queue full — ending with op.Done or w.Cancel.
+func (e *Engine) StartSend(c *ipcns.Caller, op *SndOp) (*Wait, error) {
 	size := int64(len(op.Data))
 	if err := e.CheckSend(op.MsqID, op.Type, size); err != nil {
-		return err
+		return nil, err
 	}
 	q, err := e.ids.Lookup(op.MsqID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if err := q.Perm().Check(&c.Creds, ipcns.WriteAccess); err != nil {
-		q.mu.Unlock()
-		return err
+		return nil, err
 	}
 	if q.Deleted() {
-		q.mu.Unlock()
-		return unix.EIDRM
+		return nil, unix.EIDRM
 	}
 	if q.fitsLocked(size) {
 		if op.Commit != nil && !op.Commit() {
-			q.mu.Unlock()
-			return ErrNotDelivered
+			return nil, ErrNotDelivered
 		}
 		q.sendLocked(c.Pid, op.Type, op.Data)
-		q.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if op.Flags&IPCNoWait != 0 {
-		q.mu.Unlock()
-		return unix.EAGAIN
+		return nil, unix.EAGAIN
+	}
+	if op.NoSleep {
+		return nil, ErrWouldSleep
 	}
 	// ss_add: sleep at the tail of the senders.
-	w := newWaiter(ctx, c)
-	w.mtype, w.data, w.sCommit = op.Type, op.Data, op.Commit
-	q.senders.PushBack(w)
-	q.sleep(w, &q.senders)
-	err = w.err()
-	w.release()
-	return err
+	w := &waiter{caller: c, mtype: op.Type, data: op.Data, sCommit: op.Commit, sDone: op.Done, signalled: op.Signalled}
+	return q.sleep(w, &q.senders), nil
 }
 
 // sendLocked stores a message that fits: the sender becomes msg_lspid,
@@ -158,7 +169,7 @@ func (q *Queue) wakeSendersLocked() {
 		next := w.Next()
 		woken.Remove(w)
 		switch {
-		case w.ctx.Err() != nil:
+		case w.isSignalled():
 			w.finish(int(unix.EINTR))
 		case q.Perm().Check(&w.caller.Creds, ipcns.WriteAccess) != nil:
 			w.finish(int(unix.EACCES))

@@ -36,6 +36,10 @@ const (
 // the call has been undone as if it had never run.
 var ErrNotDelivered = errors.New("msgengine: result not delivered; operation rolled back")
 
+// ErrWouldSleep is returned by StartSend and StartRecv for an operation
+// with NoSleep that would have to wait: nothing was done.
+var ErrWouldSleep = errors.New("msgengine: operation would sleep")
+
 // Message is a received message: msgbuf's mtype and the text, already cut
 // to the receiver's msgsz (MSG_NOERROR). msgrcv returns len(Data).
 type Message struct {
@@ -59,6 +63,20 @@ type SndOp struct {
 	// the trapped msgsnd there. If it returns false nothing has changed
 	// and Msgsnd returns ErrNotDelivered. It must not call the engine.
 	Commit func() bool
+	// Done, for a sender that went to sleep (StartSend returned a Wait),
+	// is called exactly once when the sleep ends other than by
+	// Wait.Cancel: nil once the message was sent (Commit took it),
+	// ErrNotDelivered when Commit refused, EIDRM, EACCES, EINTR (woken
+	// with a signal pending). It runs with the queue locked and must not
+	// call the engine.
+	Done func(error)
+	// Signalled, if set, reports whether the sleeping sender has a signal
+	// pending: woken by room in the queue, it then fails with EINTR as in
+	// do_msgsnd.
+	Signalled func() bool
+	// NoSleep makes StartSend fail with ErrWouldSleep, doing nothing,
+	// where the sender would have to sleep.
+	NoSleep bool
 }
 
 // RcvOp is one msgrcv call.
@@ -82,6 +100,15 @@ type RcvOp struct {
 	// exactly as if this receiver had not been waiting) and Msgrcv returns
 	// ErrNotDelivered. It must not call the engine.
 	Commit func(m *Message) bool
+	// Done, for a receiver that went to sleep (StartRecv returned a Wait),
+	// is called exactly once when the sleep ends other than by
+	// Wait.Cancel: with the message once one was handed to it (Commit
+	// took it), ErrNotDelivered when Commit refused, EIDRM, E2BIG, EACCES.
+	// It runs with the queue locked and must not call the engine.
+	Done func(Message, error)
+	// NoSleep makes StartRecv fail with ErrWouldSleep, doing nothing,
+	// where the receiver would have to sleep.
+	NoSleep bool
 }
 
 // MsqidDS is what IPC_STAT, MSG_STAT and MSG_STAT_ANY report, struct

@@ -2,7 +2,6 @@ package msgengine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/internal/ilist"
@@ -17,56 +16,55 @@ const statusPending = -1
 // because its Commit returned false.
 const statusUndelivered = -2
 
+// statusCancelled is the status of a waiter that Wait.Cancel took off its
+// list.
+const statusCancelled = -3
+
 // waiter is a sleeping msgsnd (struct msg_sender) or msgrcv (struct
-// msg_receiver). The lock of the queue it sleeps on protects every field
-// but wake.
+// msg_receiver). The lock of the queue it sleeps on protects every field.
 type waiter struct {
 	ilist.Entry[waiter]
 	caller *ipcns.Caller
-	ctx    context.Context
+	// signalled, if set, reports that the sleeper has a signal pending:
+	// a woken sender then fails with EINTR, as in do_msgsnd's loop.
+	signalled func() bool
 
-	// A sender's message and Commit.
+	// A sender's message, Commit and Done.
 	mtype   int64
 	data    []byte
 	sCommit func() bool
+	sDone   func(error)
 
 	// A receiver's selector (r_mode, r_msgtype), r_maxsize, its msgsz,
-	// Commit and, once done, the message.
+	// Commit, Done and, once done, the message.
 	mode    int
 	typ     int64
 	maxsize int64
 	size    int64
 	rCommit func(*Message) bool
+	rDone   func(Message, error)
 	thread  *ipcns.Pid
 	got     Message
 
 	// since is when it first went to sleep (introspect.go).
 	since time.Time
 
-	status int           // statusPending, 0, statusUndelivered or an errno
-	wake   chan struct{} // buffered; a send says status is final
+	status int // statusPending, statusCancelled, statusUndelivered, 0 or an errno
 }
 
-var waiterPool = sync.Pool{New: func() any { return &waiter{wake: make(chan struct{}, 1)} }}
-
-func newWaiter(ctx context.Context, c *ipcns.Caller) *waiter {
-	w := waiterPool.Get().(*waiter)
-	w.ctx, w.caller, w.status = ctx, c, statusPending
-	return w
-}
-
-// release returns w to the pool; its wake channel is empty by then.
-func (w *waiter) release() {
-	wake := w.wake
-	*w = waiter{wake: wake}
-	waiterPool.Put(w)
-}
-
-// finish gives w its final status and wakes it; w is already unlinked.
+// finish gives w its final status and reports it through its Done; w is
+// already off its list. The caller holds the queue's lock.
 func (w *waiter) finish(status int) {
 	w.status = status
-	w.wake <- struct{}{}
+	if w.rDone != nil {
+		w.rDone(w.got, w.err())
+	} else {
+		w.sDone(w.err())
+	}
 }
+
+// isSignalled reports whether the sleeper has a signal pending.
+func (w *waiter) isSignalled() bool { return w.signalled != nil && w.signalled() }
 
 // err converts a final status into Msgsnd's or Msgrcv's error.
 func (w *waiter) err() error {
@@ -82,27 +80,51 @@ func (w *waiter) err() error {
 // waitList is a FIFO of waiters (q_senders, q_receivers).
 type waitList = ilist.List[waiter, *waiter]
 
-// sleep waits for a waker to finish w, which is on list, or for ctx to be
-// cancelled (a signal: EINTR), and leaves the final status in w. The
-// caller holds q.mu; sleep releases it.
-func (q *Queue) sleep(w *waiter, list *waitList) {
+// Wait is a msgsnd or msgrcv asleep in the engine, as StartSend or
+// StartRecv returned it.
+type Wait struct {
+	q    *Queue
+	w    *waiter
+	list *waitList
+}
+
+// Cancel ends the sleep as a signal does (the sleeper leaves its list with
+// nothing done) and reports true, unless the sleep has already ended — a
+// waker completed it, the queue was removed — in which case Done has been
+// or is being called and Cancel reports false.
+func (wt *Wait) Cancel() bool {
+	q := wt.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if wt.w.status != statusPending {
+		return false
+	}
+	wt.list.Remove(wt.w)
+	wt.w.status = statusCancelled
+	return true
+}
+
+// sleep queues w at the tail of list (ss_add, or the receivers' list) and
+// returns its Wait. The caller holds q.mu.
+func (q *Queue) sleep(w *waiter, list *waitList) *Wait {
+	w.status = statusPending
 	if w.since.IsZero() {
 		w.since = time.Now()
 	}
-	q.mu.Unlock()
+	list.PushBack(w)
+	return &Wait{q: q, w: w, list: list}
+}
+
+// block waits for a sleep started with a Done that signals ended, or for
+// ctx: the blocking form of the Start functions.
+func block[T any](ctx context.Context, wt *Wait, ended chan T, cancelled T) T {
 	select {
-	case <-w.wake:
-		return
-	case <-w.ctx.Done():
+	case v := <-ended:
+		return v
+	case <-ctx.Done():
 	}
-	q.mu.Lock()
-	if w.status != statusPending {
-		// A waker finished w first: its result stands.
-		q.mu.Unlock()
-		<-w.wake
-		return
+	if wt.Cancel() {
+		return cancelled
 	}
-	list.Remove(w)
-	w.status = int(unix.EINTR)
-	q.mu.Unlock()
+	return <-ended
 }

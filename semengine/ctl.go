@@ -280,8 +280,7 @@ func (e *Engine) Remove(c *ipcns.Caller, semid int32) error {
 		for w := q.front(); w != nil; {
 			next := w.Next()
 			s.unlink(w)
-			w.status = int(unix.EIDRM)
-			w.wake <- struct{}{}
+			w.finish(int(unix.EIDRM))
 			w = next
 		}
 	}

@@ -100,8 +100,7 @@ func (s *Set) complete(w *waiter) int {
 		s.restorePids(w.sops, saved)
 		r = statusUndelivered
 	}
-	w.status = r
-	w.wake <- struct{}{}
+	w.finish(r)
 	return r
 }
 

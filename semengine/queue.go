@@ -16,6 +16,10 @@ const statusPending = -1
 // then rolled back because its Commit failed.
 const statusUndelivered = -2
 
+// statusCancelled is the status of a waiter that Wait.Cancel took off its
+// queue.
+const statusCancelled = -3
+
 // waiter is a sleeping semop (struct sem_queue). The lock of the queue it
 // is on protects every field but wake; see the locking rules in doc.go.
 type waiter struct {
@@ -28,10 +32,25 @@ type waiter struct {
 	undo     *undo.Entry
 	caller   *ipcns.Caller
 	commit   func() bool
+	done     func(error)
+	timer    *time.Timer // semtimedop's timeout, if any
 	since    time.Time
 
-	status int           // statusPending, 0, or an errno
-	wake   chan struct{} // buffered; a send tells the sleeper status changed
+	status int // statusPending, statusCancelled, statusUndelivered, 0, or an errno
+}
+
+// finish gives w, already unlinked, its final status and reports it
+// through done. The caller holds the lock w was queued under.
+func (w *waiter) finish(status int) {
+	w.status = status
+	w.stopTimer()
+	w.done(statusError(status))
+}
+
+func (w *waiter) stopTimer() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 }
 
 // queue is a FIFO of waiters (a list_head of sem_queues) that records in

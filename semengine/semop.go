@@ -15,6 +15,10 @@ import (
 // operation has been rolled back as if it had never run.
 var ErrNotDelivered = errors.New("semengine: result not delivered; operation rolled back")
 
+// ErrWouldSleep is returned by Start for an Op with NoSleep that would
+// have to wait: nothing was done.
+var ErrWouldSleep = errors.New("semengine: operation would sleep")
+
 // Op is one semop or semtimedop call.
 type Op struct {
 	SemID int32
@@ -24,11 +28,35 @@ type Op struct {
 	// Commit, when set, hands a successful result to the caller while the
 	// set is still locked, and reports whether the caller took it. If it
 	// returns false the operation is undone (values, adjustments, sempids)
-	// before anyone else sees it, and Semop returns ErrNotDelivered. The
-	// gateway sends the seccomp reply here, which makes completing a
-	// sleeper's operation and telling it so one atomic step. Commit must
-	// not call into the engine.
+	// before anyone else sees it, and the operation ends with
+	// ErrNotDelivered. The gateway sends the seccomp reply here, which
+	// makes completing a sleeper's operation and telling it so one atomic
+	// step. Commit must not call into the engine.
 	Commit func() bool
+	// Done, for an operation that went to sleep (Start returned a Wait),
+	// is called exactly once when the sleep ends other than by
+	// Wait.Cancel: with nil after a waker completed the operation and
+	// Commit took it, ErrNotDelivered when Commit refused, EIDRM when the
+	// set was removed, EAGAIN when the timeout expired. It runs with the
+	// set's lock held and must not call into the engine.
+	Done func(error)
+	// NoSleep makes Start fail with ErrWouldSleep, doing nothing, where
+	// the operation would have to sleep.
+	NoSleep bool
+}
+
+// Wait is an operation asleep in the engine, as Start returned it.
+type Wait struct {
+	s *Set
+	w *waiter
+}
+
+// Cancel ends the sleep as a signal does (the sleeper leaves its queue
+// with nothing done) and reports true, unless the sleep has already ended
+// — a waker completed it, the set was removed, the timeout expired — in
+// which case Done has been or is being called and Cancel reports false.
+func (wt *Wait) Cancel() bool {
+	return wt.s.endSleep(wt.w, statusCancelled)
 }
 
 // CheckCall reports the errors semop gives before it reads its operations
@@ -46,22 +74,47 @@ func (e *Engine) CheckCall(nsops int) error {
 	return nil
 }
 
-// Semop performs semop(2)/semtimedop(2) for c. It sleeps while the
+// Semop performs semop(2)/semtimedop(2) for c, sleeping while the
 // operations cannot all proceed; cancelling ctx interrupts the sleep with
 // EINTR (a signal), and the timeout ends it with EAGAIN. Errors are
 // syscall.Errno values in Linux's order: E2BIG, EINVAL (nsops), EINVAL
 // (semid, timeout), EINVAL (no such id), EFBIG, EACCES, EIDRM, ERANGE,
-// EAGAIN.
+// EAGAIN. It is Start for callers that can block a goroutine; op.Done is
+// its own.
 func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
-	sops := op.Sops
-	if err := e.CheckCall(len(sops)); err != nil {
+	ended := make(chan error, 1)
+	op.Done = func(err error) { ended <- err }
+	wt, err := e.Start(c, op)
+	if wt == nil {
 		return err
 	}
+	select {
+	case err := <-ended:
+		return err
+	case <-ctx.Done():
+	}
+	if wt.Cancel() {
+		return unix.EINTR
+	}
+	return <-ended
+}
+
+// Start begins semop(2)/semtimedop(2) for c. It returns (nil, nil) when
+// the operation was done at once (Commit, if set, took it), (nil, err)
+// when it failed, with the errors of Semop or ErrNotDelivered, and (w,
+// nil) when it went to sleep: it was queued in the same critical section
+// that found it must wait, as in ipc/sem.c, and it ends either with
+// op.Done or with w.Cancel. op.Done must be set unless op.NoSleep.
+func (e *Engine) Start(c *ipcns.Caller, op *Op) (*Wait, error) {
+	sops := op.Sops
+	if err := e.CheckCall(len(sops)); err != nil {
+		return nil, err
+	}
 	if op.SemID < 0 {
-		return unix.EINVAL
+		return nil, unix.EINVAL
 	}
 	if t := op.Timeout; t != nil && (t.Sec < 0 || t.Nsec < 0 || t.Nsec >= 1e9) {
-		return unix.EINVAL
+		return nil, unix.EINVAL
 	}
 	maxNum, undos, alter := 0, false, false
 	for i := range sops {
@@ -71,7 +124,7 @@ func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
 	}
 	s, err := e.ids.Lookup(op.SemID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var un *undo.Entry
 	if undos {
@@ -79,24 +132,24 @@ func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
 		// operations against the set; an entry so made stays, and is
 		// applied (with nothing to add) at exit.
 		if un, err = e.attachUndo(c, s); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if maxNum >= len(s.sems) {
-		return unix.EFBIG
+		return nil, unix.EFBIG
 	}
 	access := ipcns.ReadAccess
 	if alter {
 		access = ipcns.WriteAccess
 	}
 	if err := s.Perm().Check(&c.Creds, access); err != nil {
-		return err
+		return nil, err
 	}
 
 	locknum := s.lockFor(sops)
 	if s.Deleted() {
 		s.unlock(locknum)
-		return unix.EIDRM
+		return nil, unix.EIDRM
 	}
 	var buf [8]*ipcns.Pid
 	var saved []*ipcns.Pid
@@ -110,7 +163,7 @@ func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
 			s.revert(sops, un)
 			s.restorePids(sops, saved)
 			s.unlock(locknum)
-			return ErrNotDelivered
+			return nil, ErrNotDelivered
 		}
 		if alter {
 			s.update(sops, true)
@@ -118,22 +171,30 @@ func (e *Engine) Semop(ctx context.Context, c *ipcns.Caller, op *Op) error {
 			s.stampOtime(sops)
 		}
 		s.unlock(locknum)
-		return nil
+		return nil, nil
 	case performBlocks:
 	default:
 		s.unlock(locknum)
-		return unix.Errno(r)
+		return nil, unix.Errno(r)
 	}
-	w := &waiter{sops: sops, alter: alter, blocking: blocking, undo: un, caller: c, commit: op.Commit}
-	return s.sleep(ctx, w, locknum, op.Timeout)
+	if op.NoSleep {
+		s.unlock(locknum)
+		return nil, ErrWouldSleep
+	}
+	w := &waiter{sops: sops, alter: alter, blocking: blocking, undo: un, caller: c, commit: op.Commit, done: op.Done}
+	s.enqueue(w)
+	if op.Timeout != nil {
+		d := time.Duration(op.Timeout.Sec)*time.Second + time.Duration(op.Timeout.Nsec)
+		w.timer = time.AfterFunc(d, func() { s.endSleep(w, int(unix.EAGAIN)) })
+	}
+	s.unlock(locknum)
+	return &Wait{s: s, w: w}, nil
 }
 
-// sleep queues w, whose operation must wait, and waits for a waker to
-// complete it, for ctx to be cancelled or for the timeout. The caller holds
-// the lock locknum; sleep releases it.
-func (s *Set) sleep(ctx context.Context, w *waiter, locknum int, timeout *unix.Timespec) error {
+// enqueue puts w, whose operation must wait, on its queue (the tail of
+// the list do_semtimedop picks). The caller holds the lock for w.sops.
+func (s *Set) enqueue(w *waiter) {
 	w.status = statusPending
-	w.wake = make(chan struct{}, 1)
 	w.since = time.Now()
 	if len(w.sops) == 1 {
 		sm := &s.sems[w.sops[0].Num]
@@ -145,44 +206,37 @@ func (s *Set) sleep(ctx context.Context, w *waiter, locknum int, timeout *unix.T
 		default:
 			sm.alter.pushBack(w)
 		}
+		return
+	}
+	if s.complexCount == 0 {
+		s.mergeQueues()
+	}
+	if w.alter {
+		s.alter.pushBack(w)
 	} else {
-		if s.complexCount == 0 {
-			s.mergeQueues()
-		}
-		if w.alter {
-			s.alter.pushBack(w)
-		} else {
-			s.zero.pushBack(w)
-		}
-		s.complexCount++
+		s.zero.pushBack(w)
 	}
-	s.unlock(locknum)
+	s.complexCount++
+}
 
-	var expired <-chan time.Time
-	if timeout != nil {
-		t := time.NewTimer(time.Duration(timeout.Sec)*time.Second + time.Duration(timeout.Nsec))
-		defer t.Stop()
-		expired = t.C
-	}
-	timedOut := false
-	select {
-	case <-w.wake:
-		return statusError(w.status)
-	case <-ctx.Done():
-	case <-expired:
-		timedOut = true
-	}
-	locknum = s.lockFor(w.sops)
+// endSleep ends w's sleep from outside (Cancel: statusCancelled; the
+// timeout: EAGAIN) unless a waker or IPC_RMID ended it first, and reports
+// whether it did. A timeout reports through w.done; a cancellation does
+// not.
+func (s *Set) endSleep(w *waiter, status int) bool {
+	locknum := s.lockFor(w.sops)
 	defer s.unlock(locknum)
 	if w.status != statusPending {
-		<-w.wake
-		return statusError(w.status)
+		return false
 	}
 	s.unlink(w)
-	if timedOut {
-		return unix.EAGAIN
+	if status == statusCancelled {
+		w.status = status
+		w.stopTimer()
+		return true
 	}
-	return unix.EINTR
+	w.finish(status)
+	return true
 }
 
 func statusError(status int) error {
