@@ -1,0 +1,52 @@
+// Package tasktrace reports, through eBPF programs on kernel tracepoints,
+// the events of container tasks that decide how a trapped IPC call must be
+// answered and that seccomp user notification does not report: a signal
+// taken by a thread (with the handler's flags and the thread's registers
+// at that moment, which say what its interrupted system call returned), a
+// signal sent to a thread or a process, a thread's exit (and whether its
+// process died with it), and an exec.
+//
+// # Why tracepoints
+//
+// A supervisor of seccomp notifications gets no event when a notification
+// goes away (kernel/seccomp.c removes it when the waiting task is woken by
+// a signal, before or after the supervisor read it), and a reply the
+// kernel accepted can still be discarded when a signal wakes the task at
+// the same instant. The kernel does tell, to a tracer: signal_deliver
+// fires in the signalled thread, inside get_signal, before any handler
+// runs or any restart is arranged, and the thread's saved user registers
+// then hold the outcome of its last system call: ax is -ERESTARTSYS (512)
+// and orig_ax the call's number when seccomp's wait was interrupted, or
+// the supervisor's answer when the thread took it. sched_process_exit fires
+// at the start of do_exit, before exit_sem, before files are closed and
+// before the parent can wait: an exit seen here precedes everything that
+// can observe it.
+//
+// Only tracepoints are used (classic tracepoints and BTF-typed raw
+// tracepoints): fentry/fexit trampolines are refused on kernels in
+// lockdown, as on the project's machines.
+//
+// # What is watched
+//
+// A task is watched when its IPC namespace's inode number was given to
+// Watch: every program first reads current->nsproxy->ipc_ns->ns.inum (the
+// offsets come from the running kernel's BTF) and drops the event unless
+// the namespace is in the watched map. A thread that unshares or setns's
+// into an unwatched IPC namespace is no longer reported; its calls are not
+// the shim's either.
+//
+// # Cost
+//
+// Each program runs for every such event on the host (every signal
+// delivery and generation, every task exit and exec), for every shim that
+// loaded it: a map lookup after three pointer loads, ~100-200 ns, before
+// it returns for tasks that are not watched.
+//
+// # Reading
+//
+// Events go to one ring buffer per Tracer. Pending is two atomic loads on
+// the ring's mapped pages (no system call), so a server can check for
+// news before each call it serves; Drain reads what is there; Wait blocks
+// (in Go's netpoller) until there is something. Drain and Wait must not
+// run concurrently: the caller serializes them.
+package tasktrace

@@ -1,0 +1,283 @@
+package tasktrace
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Kind says what an Event reports.
+type Kind uint8
+
+const (
+	// Deliver: thread Tid takes signal Sig (signal_deliver): Handler and
+	// Flags are the signal's action, Regs the thread's user registers,
+	// which still hold the outcome of the system call it was in.
+	Deliver Kind = kindDeliver
+	// Generate: signal Sig was queued for thread Tid, or for its whole
+	// thread group when Group is set (signal_generate).
+	Generate Kind = kindGenerate
+	// Exit: thread Tid begins to exit (sched_process_exit); GroupDead
+	// when it is the last of its thread group.
+	Exit Kind = kindExit
+	// Exec: thread Tid, formerly OldTid, completed an execve
+	// (sched_process_exec): its credentials and, when OldTid differs,
+	// its tid changed.
+	Exec Kind = kindExec
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Deliver:
+		return "deliver"
+	case Generate:
+		return "generate"
+	case Exit:
+		return "exit"
+	case Exec:
+		return "exec"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Sigaction handler values.
+const (
+	SigDfl = 0
+	SigIgn = 1
+)
+
+// SA_RESTART (asm-generic/signal.h, x86).
+const SaRestart = 0x10000000
+
+// ERESTARTSYS is the kernel's internal errno that seccomp leaves in a
+// thread's ax when its wait for the supervisor was interrupted
+// (include/linux/errno.h).
+const ERESTARTSYS = 512
+
+// Event is one record from the kernel. Thread and process ids are those
+// of the initial pid namespace (task->pid), which is the shim's.
+type Event struct {
+	Kind      Kind
+	Tid, Tgid int32
+	Sig       int32
+	// Handler and Flags (Deliver) are the action's sa_handler (SigDfl,
+	// SigIgn or an address) and sa_flags.
+	Handler, Flags uint64
+	Group          bool  // Generate
+	GroupDead      bool  // Exit
+	OldTid         int32 // Exec
+	Regs           Regs  // Deliver
+}
+
+// HasHandler reports whether a Deliver event runs a handler (rather than
+// a default action or nothing).
+func (e *Event) HasHandler() bool { return e.Handler != SigDfl && e.Handler != SigIgn }
+
+// Regs are the x86_64 user registers of a thread as saved at its system
+// call entry, with ax holding the call's result once it has one.
+type Regs struct {
+	Ax, OrigAx, IP                     uint64
+	Di, Si, Dx, R10, R8, R9, Bx, Cx, Bp uint64
+}
+
+// Interrupted reports whether the thread's system call returned
+// -ERESTARTSYS: for a call trapped by seccomp user notification, its wait
+// for the supervisor was interrupted (with no answer taken).
+func (r *Regs) Interrupted() bool { return int64(r.Ax) == -ERESTARTSYS }
+
+// Args returns the six argument registers of the system call, in the
+// 64-bit calling convention, or the i386 one when compat32.
+func (r *Regs) Args(compat32 bool) [6]uint64 {
+	if compat32 {
+		m := func(v uint64) uint64 { return v & 0xffffffff }
+		return [6]uint64{m(r.Bx), m(r.Cx), m(r.Dx), m(r.Si), m(r.Di), m(r.Bp)}
+	}
+	return [6]uint64{r.Di, r.Si, r.Dx, r.R10, r.R8, r.R9}
+}
+
+// Tracer loads and attaches the programs and reads their events.
+type Tracer struct {
+	watched, events, lost *ebpf.Map
+	progs                 []*ebpf.Program
+	links                 []link.Link
+	ring                  *ring
+	lostMem               []byte // lost's mapped value
+}
+
+// ringSize is the ring's data size: 1 MiB holds ~5,000 records, several
+// seconds of a signal storm while the reader is delayed.
+const ringSize = 1 << 20
+
+// New loads the programs and attaches them. It needs CAP_BPF and
+// CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with BTF (Linux 5.11+ with
+// CONFIG_DEBUG_INFO_BTF); it only runs on x86_64.
+func New() (*Tracer, error) {
+	l, err := loadLayout()
+	if err != nil {
+		return nil, err
+	}
+	t := &Tracer{}
+	fail := func(err error) (*Tracer, error) {
+		t.Close()
+		return nil, err
+	}
+	if t.watched, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_watched", Type: ebpf.Hash, KeySize: 4, ValueSize: 1, MaxEntries: 4096}); err != nil {
+		return fail(fmt.Errorf("create watched map: %w", err))
+	}
+	if t.events, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_events", Type: ebpf.RingBuf, MaxEntries: ringSize}); err != nil {
+		return fail(fmt.Errorf("create ring buffer: %w", err))
+	}
+	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_lost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+		Flags: unix.BPF_F_MMAPABLE}); err != nil {
+		return fail(fmt.Errorf("create lost counter: %w", err))
+	}
+	if t.lostMem, err = unix.Mmap(t.lost.FD(), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+		return fail(fmt.Errorf("mmap lost counter: %w", err))
+	}
+	if t.ring, err = openRing(t.events.FD(), ringSize); err != nil {
+		return fail(err)
+	}
+	for _, spec := range []*ebpf.ProgramSpec{
+		deliverProgram(l, t.watched, t.events, t.lost),
+		generateProgram(l, t.watched, t.events, t.lost),
+		exitProgram(l, t.watched, t.events, t.lost),
+		execProgram(l, t.watched, t.events, t.lost),
+	} {
+		p, err := ebpf.NewProgram(spec)
+		if err != nil {
+			return fail(fmt.Errorf("load %s: %w", spec.Name, err))
+		}
+		t.progs = append(t.progs, p)
+		lk, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fail(fmt.Errorf("attach %s to %s: %w", spec.Name, spec.AttachTo, err))
+		}
+		t.links = append(t.links, lk)
+	}
+	return t, nil
+}
+
+// Close detaches the programs and frees the maps.
+func (t *Tracer) Close() {
+	for _, l := range t.links {
+		l.Close()
+	}
+	for _, p := range t.progs {
+		p.Close()
+	}
+	if t.ring != nil {
+		t.ring.close()
+	}
+	if t.lostMem != nil {
+		unix.Munmap(t.lostMem)
+	}
+	for _, m := range []*ebpf.Map{t.watched, t.events, t.lost} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// Watch reports events of the tasks in the IPC namespace with inode ino
+// from now on.
+func (t *Tracer) Watch(ino uint64) error {
+	if ino > 0xffffffff {
+		return fmt.Errorf("tasktrace: IPC namespace inode %d does not fit ns.inum", ino)
+	}
+	return t.watched.Put(uint32(ino), uint8(1))
+}
+
+// Unwatch stops reporting the IPC namespace with inode ino.
+func (t *Tracer) Unwatch(ino uint64) error {
+	err := t.watched.Delete(uint32(ino))
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Pending reports whether events are waiting to be drained: two atomic
+// loads, no system call.
+func (t *Tracer) Pending() bool { return t.ring.pending() }
+
+// Lost returns how many events the kernel could not record because the
+// ring was full, since the Tracer was made. Anything reported may have
+// been missed when it grows.
+func (t *Tracer) Lost() uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.lostMem[0])))
+}
+
+// Drain calls f for every event recorded so far, in the order the kernel
+// recorded them, and returns how many it read. A record the kernel is
+// still writing (a program running on another CPU right now) is waited
+// for: programs do not sleep. Drain must not run concurrently with itself
+// or Wait.
+func (t *Tracer) Drain(f func(*Event)) int {
+	n := 0
+	var ev Event
+	for {
+		ok, err := t.ring.next(func(rec []byte) { decode(rec, &ev) })
+		if err == errBusy {
+			continue
+		}
+		if !ok {
+			return n
+		}
+		n++
+		f(&ev)
+	}
+}
+
+// Wait blocks until events are pending or ctx is done (then it returns
+// ctx's error).
+func (t *Tracer) Wait(ctx context.Context) error {
+	if t.Pending() {
+		return nil
+	}
+	rc, err := t.ring.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	t.ring.f.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { t.ring.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	err = rc.Read(func(uintptr) bool { return t.Pending() || ctx.Err() != nil })
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func decode(rec []byte, ev *Event) {
+	le := binary.LittleEndian
+	*ev = Event{
+		Kind: Kind(le.Uint32(rec[offKind:])),
+		Tid:  int32(le.Uint32(rec[offTid:])),
+		Tgid: int32(le.Uint32(rec[offTgid:])),
+		Sig:  int32(le.Uint32(rec[offSig:])),
+	}
+	a, b := le.Uint64(rec[offA:]), le.Uint64(rec[offB:])
+	switch ev.Kind {
+	case Deliver:
+		ev.Handler, ev.Flags = a, b
+		reg := func(off int) uint64 { return le.Uint64(rec[offRegs+off:]) }
+		ev.Regs = Regs{Ax: reg(regAx), OrigAx: reg(regOrigAx), IP: reg(regIP),
+			Di: reg(regDi), Si: reg(regSi), Dx: reg(regDx), R10: reg(regR10), R8: reg(regR8), R9: reg(regR9),
+			Bx: reg(regBx), Cx: reg(regCx), Bp: reg(regBp)}
+	case Generate:
+		ev.Group = a != 0
+	case Exit:
+		ev.GroupDead = a != 0
+	case Exec:
+		ev.OldTid = int32(a)
+	}
+}

@@ -1,0 +1,164 @@
+package tasktrace_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
+	"golang.org/x/sys/unix"
+)
+
+// The child (TASKTRACE_CHILD set): reads, in a loop, a pipe nobody
+// writes, after printing the pipe's fd. The Go runtime's handler for
+// SIGUSR1 has SA_RESTART.
+func TestMain(m *testing.M) {
+	if os.Getenv("TASKTRACE_CHILD") != "" {
+		var p [2]int
+		if err := unix.Pipe(p[:]); err != nil {
+			os.Exit(2)
+		}
+		os.Stdout.WriteString(strconv.Itoa(p[0]) + "\n")
+		var b [1]byte
+		for {
+			// Raw read: the runtime's SIGURG and our SIGUSR1 interrupt it
+			// and it is reissued.
+			unix.Read(p[0], b[:])
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func newTracer(t *testing.T) *tasktrace.Tracer {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root")
+	}
+	tr, err := tasktrace.New()
+	if err != nil {
+		t.Skipf("eBPF tracepoints unavailable: %v", err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func ipcInode(t *testing.T, pid int) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/ipc", &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// waitFor drains events until one satisfies ok, or fails after 10 s.
+func waitFor(t *testing.T, tr *tasktrace.Tracer, what string, ok func(*tasktrace.Event) bool) tasktrace.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		var found *tasktrace.Event
+		tr.Drain(func(e *tasktrace.Event) {
+			if found == nil && ok(e) {
+				c := *e
+				found = &c
+			}
+		})
+		if found != nil {
+			return *found
+		}
+		if err := tr.Wait(ctx); err != nil {
+			t.Fatalf("no %s event: %v", what, err)
+		}
+	}
+}
+
+func TestSignalAndExitEvents(t *testing.T) {
+	tr := newTracer(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TASKTRACE_CHILD=1", "GODEBUG=asyncpreemptoff=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWIPC}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var buf [32]byte
+	n, _ := out.Read(buf[:])
+	fd, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil {
+		t.Fatalf("child said %q", buf[:n])
+	}
+	pid := cmd.Process.Pid
+	if err := tr.Watch(ipcInode(t, pid)); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the child is asleep in read(fd).
+	for {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/syscall")
+		if strings.HasPrefix(string(b), "0 0x"+strconv.FormatInt(int64(fd), 16)+" ") {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A thread-directed signal: generated for the thread, then delivered
+	// with the interrupted read's registers.
+	if err := unix.Tgkill(pid, pid, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	gen := waitFor(t, tr, "generate", func(e *tasktrace.Event) bool {
+		return e.Kind == tasktrace.Generate && e.Sig == int32(unix.SIGUSR1)
+	})
+	if gen.Tid != int32(pid) || gen.Tgid != int32(pid) || gen.Group {
+		t.Errorf("generate: %+v, want tid=tgid=%d, not group", gen, pid)
+	}
+	del := waitFor(t, tr, "deliver", func(e *tasktrace.Event) bool {
+		return e.Kind == tasktrace.Deliver && e.Sig == int32(unix.SIGUSR1)
+	})
+	if del.Tid != int32(pid) || !del.HasHandler() || del.Flags&tasktrace.SaRestart == 0 {
+		t.Errorf("deliver: %+v, want tid %d with an SA_RESTART handler (Go's)", del, pid)
+	}
+	if !del.Regs.Interrupted() || del.Regs.OrigAx != unix.SYS_READ || del.Regs.Args(false)[0] != uint64(fd) {
+		t.Errorf("deliver regs: %+v, want read(%d) interrupted with -ERESTARTSYS", del.Regs, fd)
+	}
+	// A process-wide fatal signal: generated for the group, then the
+	// exit of its last thread.
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	gen = waitFor(t, tr, "generate", func(e *tasktrace.Event) bool {
+		return e.Kind == tasktrace.Generate && e.Sig == int32(unix.SIGKILL)
+	})
+	if !gen.Group || gen.Tgid != int32(pid) {
+		t.Errorf("generate SIGKILL: %+v, want group for %d", gen, pid)
+	}
+	exit := waitFor(t, tr, "exit", func(e *tasktrace.Event) bool { return e.Kind == tasktrace.Exit && e.GroupDead })
+	if exit.Tgid != int32(pid) {
+		t.Errorf("group exit: %+v, want tgid %d", exit, pid)
+	}
+	cmd.Wait()
+	if tr.Lost() != 0 {
+		t.Errorf("lost %d events", tr.Lost())
+	}
+}
+
+// TestUnwatchedIsSilent: a process in an IPC namespace nobody watches is
+// signalled and exits without a single event.
+func TestUnwatchedIsSilent(t *testing.T) {
+	tr := newTracer(t)
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWIPC}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if n := tr.Drain(func(e *tasktrace.Event) { t.Errorf("unexpected event %+v", e) }); n != 0 {
+		t.Errorf("%d events from an unwatched namespace", n)
+	}
+}
