@@ -25,9 +25,25 @@ const (
 	// SysGroupsChange is setgroups: not served, but a sign that the
 	// thread's supplementary groups may change.
 	SysGroupsChange
+	// SysIDChange is the setuid family: not served, but a sign that the
+	// thread's ids may change.
+	SysIDChange
 )
 
-var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "unshare/setns", "setgroups"}
+var sysnoNames = [...]string{"unknown", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "unshare/setns", "setgroups", "setuid"}
+
+// changesIdentity reports whether the call is one the gateway notes
+// because it may change what it caches about the thread.
+func (s Sysno) changesIdentity() bool {
+	return s == SysNSChange || s == SysGroupsChange || s == SysIDChange
+}
+
+// idCalls64 are the setuid family on x86_64 (and x32) and arm64:
+// setuid setgid setreuid setregid setresuid setresgid setfsuid setfsgid.
+var (
+	idCallsX86_64  = map[int32]bool{105: true, 106: true, 113: true, 114: true, 117: true, 119: true, 122: true, 123: true}
+	idCallsAArch64 = map[int32]bool{146: true, 144: true, 145: true, 143: true, 147: true, 149: true, 151: true, 152: true}
+)
 
 // String returns the call's name.
 func (s Sysno) String() string {
@@ -71,8 +87,19 @@ const (
 // architectures too (arch/arm/tools/syscall.tbl,
 // arch/x86/entry/syscalls/syscall_32.tbl).
 var compatNoted = map[uint32]map[int32]Sysno{
-	archARM:  {337: SysNSChange, 375: SysNSChange, 81: SysGroupsChange, 206: SysGroupsChange},
-	archI386: {310: SysNSChange, 346: SysNSChange, 81: SysGroupsChange, 206: SysGroupsChange},
+	archARM:  withIDCalls32(map[int32]Sysno{337: SysNSChange, 375: SysNSChange, 81: SysGroupsChange, 206: SysGroupsChange}),
+	archI386: withIDCalls32(map[int32]Sysno{310: SysNSChange, 346: SysNSChange, 81: SysGroupsChange, 206: SysGroupsChange}),
+}
+
+// withIDCalls32 adds the setuid family, 16- and 32-bit id variants, whose
+// numbers i386 and arm share: setuid 23, setgid 46, setreuid 70, setregid
+// 71, setfsuid 138, setfsgid 139, setresuid 164, setresgid 170, and the
+// *32 calls 203, 204, 208, 210, 213, 214, 215, 216.
+func withIDCalls32(m map[int32]Sysno) map[int32]Sysno {
+	for _, nr := range []int32{23, 46, 70, 71, 138, 139, 164, 170, 203, 204, 208, 210, 213, 214, 215, 216} {
+		m[nr] = SysIDChange
+	}
+	return m
 }
 
 // Decode maps a notification's arch and number to a served call.
@@ -92,7 +119,13 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			case unix.SYS_SETGROUPS:
 				return SysGroupsChange, Continue
 			}
+			if idCallsX86_64[d.Nr&^x32Bit] {
+				return SysIDChange, Continue
+			}
 			return SysUnknown, Refuse
+		}
+		if idCallsX86_64[d.Nr] {
+			return SysIDChange, Continue
 		}
 		switch d.Nr {
 		case unix.SYS_SEMGET:
@@ -139,6 +172,9 @@ func Decode(d *seccompnotify.Data) (Sysno, Verdict) {
 			return SysNSChange, Continue
 		case 159: // setgroups
 			return SysGroupsChange, Continue
+		}
+		if idCallsAArch64[d.Nr] {
+			return SysIDChange, Continue
 		}
 	case archARM:
 		if s, ok := compatNoted[archARM][d.Nr]; ok {

@@ -134,14 +134,12 @@ func BenchmarkSemopPair(b *testing.B) {
 		out, _ := serveWith(b, gateway.Null{}, nil, "go:calls", n, strconv.Itoa(unix.SYS_SEMGET))
 		b.ReportMetric(childNs(b, out), "ns/call")
 	})
-	for _, exact := range []bool{false, true} {
-		b.Run(fmt.Sprintf("trapped/exact=%v", exact), func(b *testing.B) {
-			n := strconv.Itoa(max(b.N, 1000))
-			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.ExactDelivery = exact }, "go:semloop", n)
-			logStats(b, g)
-			b.ReportMetric(childNs(b, out)/2, "ns/call")
-		})
-	}
+	b.Run("trapped", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 1000))
+		out, g := serveWith(b, gateway.NewEngines(), nil, "go:semloop", n)
+		logStats(b, g)
+		b.ReportMetric(childNs(b, out)/2, "ns/call")
+	})
 }
 
 // BenchmarkNonIPCSyscall: getppid in a loop with and without the IPC

@@ -60,23 +60,24 @@ func childNs(b *testing.B, out []byte) float64 {
 }
 
 // BenchmarkGatewayNull: a trapped semget answered 0 by the Null handler
-// after identification; ns/call is measured by the child.
+// after identification; ns/call is measured by the child. With
+// cached=false every call rereads the thread's IPC namespace and
+// credentials, as for a profile that lets them change unseen.
 func BenchmarkGatewayNull(b *testing.B) {
-	for _, trapped := range []bool{true, false} {
-		b.Run(fmt.Sprintf("nscache=%v", trapped), func(b *testing.B) {
-			out, _ := serveWith(b, gateway.Null{}, func(g *gateway.Gateway) { g.NSCallsTrapped = trapped },
+	for _, cached := range []bool{true, false} {
+		b.Run(fmt.Sprintf("cached=%v", cached), func(b *testing.B) {
+			out, _ := serveWith(b, gateway.Null{}, func(g *gateway.Gateway) { g.Defaults.NSFixed, g.Defaults.IDsFixed = cached, cached },
 				"go:calls", strconv.Itoa(max(b.N, 1000)), strconv.Itoa(unix.SYS_SEMGET))
 			b.ReportMetric(childNs(b, out), "ns/call")
 		})
 	}
 }
 
-// BenchmarkGatewaySemop: a trapped lock/unlock pair served by semengine,
-// with exact (ADDFD-confirmed) delivery of successes and with plain SEND.
+// BenchmarkGatewaySemop: a trapped lock/unlock pair served by semengine.
 func BenchmarkGatewaySemop(b *testing.B) {
-	for _, c := range []struct{ exact, nscache bool }{{true, true}, {false, true}, {true, false}, {false, false}} {
-		b.Run(fmt.Sprintf("exact=%v/nscache=%v", c.exact, c.nscache), func(b *testing.B) {
-			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.ExactDelivery, g.NSCallsTrapped = c.exact, c.nscache },
+	for _, cached := range []bool{true, false} {
+		b.Run(fmt.Sprintf("cached=%v", cached), func(b *testing.B) {
+			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.Defaults.NSFixed, g.Defaults.IDsFixed = cached, cached },
 				"go:semloop", strconv.Itoa(max(b.N, 1000)))
 			logStats(b, g)
 			b.ReportMetric(childNs(b, out)/2, "ns/call")
@@ -114,49 +115,6 @@ func BenchmarkNativeGetppid(b *testing.B) {
 
 // The costs of the identification choices, on the benchmark's own thread.
 
-func BenchmarkResolveCached(b *testing.B) {
-	for _, check := range []bool{false, true} {
-		b.Run(fmt.Sprintf("checkipcns=%v", check), func(b *testing.B) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			r, err := gateway.NewResolver(nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r.CheckIPCNS = check
-			defer r.Close()
-			tid := unix.Gettid()
-			if _, err := r.Resolve(tid); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := r.Resolve(tid); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkResolveMiss: a Task built from nothing (a new thread's first
-// call): pidfd, status, id maps, namespace links.
-func BenchmarkResolveMiss(b *testing.B) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	tid := unix.Gettid()
-	for i := 0; i < b.N; i++ {
-		r, err := gateway.NewResolver(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Resolve(tid); err != nil {
-			b.Fatal(err)
-		}
-		r.Close()
-	}
-}
-
 func BenchmarkPidfdGetInfo(b *testing.B) {
 	fd, err := unix.PidfdOpen(unix.Gettid(), unix.PIDFD_THREAD)
 	if err != nil {
@@ -192,12 +150,13 @@ func BenchmarkReadStatus(b *testing.B) {
 
 func logStats(tb testing.TB, g *gateway.Gateway) {
 	s := &g.Stats
-	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d refused=%d repeats=%d unconfirmed=%d plain=%d",
-		s.Interrupted.Load(), s.Restarts.Load(), s.Resumed.Load(), s.Refused.Load(), s.Repeats.Load(), s.Unconfirmed.Load(), s.Plain.Load())
+	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d confirmed=%d refused=%d unconfirmed=%d awaited=%d discarded=%d unsettled=%d exits=%d lost=%d",
+		s.Interrupted.Load(), s.Restarts.Load(), s.Resumed.Load(), s.Confirmed.Load(), s.Refused.Load(), s.Unconfirmed.Load(),
+		s.Awaited.Load(), s.Discarded.Load(), s.Unsettled.Load(), s.Exits.Load(), s.EventsLost.Load())
 }
 
-// BenchmarkCapget measures the capability read that Resolver.fresh adds to
-// every cached call.
+// BenchmarkCapget measures the capability read a permission check makes
+// when ids and mode bits refuse (Task.liveCaps).
 func BenchmarkCapget(b *testing.B) {
 	tid := unix.Gettid()
 	for b.Loop() {

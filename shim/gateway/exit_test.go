@@ -49,7 +49,7 @@ func TestExitUndo(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Logf = t.Logf
-	g.NSCallsTrapped = true
+	g.Defaults = gateway.ListenerOptions{NSFixed: true, IDsFixed: true}
 	srv, err := listener.Listen(filepath.Join(t.TempDir(), "l.sock"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 package gateway
 
-// ProcMemIO exposes the /proc/<tid>/mem copy to the tests and benchmarks
-// that compare it with process_vm_readv/writev.
-func (t *Task) ProcMemIO(addr uint64, b []byte, write bool) error { return t.procMemIO(addr, b, write) }
-
 var CapEff = capEff
+
+// NewTestTask returns a Task for thread tid that can only read and write
+// the thread's memory: for the memory tests.
+func NewTestTask(tid int) *Task { return &Task{Tid: tid, pidfd: -1} }

@@ -1,405 +1,156 @@
-// Package gateway serves trapped System V IPC calls: it decodes a seccomp
-// notification, identifies the calling thread (Resolver), gives handlers
-// safe access to the caller's memory, and delivers the answer. The
-// engines plug in behind Handler.
-//
-// The TOCTOU rule: a notification's pid is a tid that can be reused as
-// soon as the task dies (a SIGKILL does not wait for the supervisor).
-// Everything learnt through the tid is bound to the task first (a pidfd,
-// a /proc/<tid>/mem fd), and the notification is checked with ID_VALID
-// after binding and before acting (Request.Valid). Answers to a task that
-// left are detected by SEND failing with ENOENT.
+// Package gateway serves trapped System V IPC calls: it receives a
+// seccomp notification, identifies the calling thread, gives handlers
+// safe access to its memory, and answers — exactly as the kernel would
+// have, also when signals, stops, exits and removals race with the call.
+// The engines plug in behind Handler. doc.go states the rules and why
+// each answer is exact; README-level overview: a receiver per listener
+// (this file), the caller's identity (task.go), what the kernel reports
+// about signals and exits (events.go, package tasktrace), answering
+// (request.go), and the handlers (sem.go, msg.go).
 package gateway
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
 	"golang.org/x/sys/unix"
 )
 
 // Handler serves decoded calls. The engines plug in here.
 type Handler interface {
-	// Handle serves r. It runs on the listener's receive goroutine and
-	// must not block: it answers at once (r.Reply) or hands a call that
-	// may sleep to r.Block.
+	// Handle serves r, on the listener's receiving goroutine: it must not
+	// block. It answers at once (r.Reply, or an engine's Commit through
+	// r.commit) or leaves the call asleep in an engine (r.sleep), to be
+	// answered by whoever ends the sleep.
 	Handle(r *Request)
 	// Exit is called once when a process that made calls has exited
-	// (its last thread): the place to apply SEM_UNDO.
+	// (its last thread began do_exit): the place to apply SEM_UNDO. It is
+	// called before any later call is served.
 	Exit(pid *ipcns.Pid)
 }
 
-// Request is one trapped call.
-type Request struct {
-	// Notif is the notification as received.
-	Notif *seccompnotify.Notif
-	// Sysno is the decoded call.
-	Sysno Sysno
-	// Task is the caller.
-	Task *Task
-
-	l       *seccompnotify.Listener
-	g       *Gateway
-	replied atomic.Bool
-	// delivered is set once an answer was accepted by the kernel (for
-	// Deliver: taken by the task); succeeded if that answer was not an
-	// error.
-	delivered, succeeded atomic.Bool
-
-	// cached: Task came from the cache, alive and unchanged when this
-	// notification was already pending, so the notification is its.
-	cached bool
-
-	// The fields below are used once the call is blocked (Block).
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the blocked call has finished
-	// gone is set when the notification is known to be gone (a signal
-	// or the task's death), before cancel.
-	gone atomic.Bool
-	// stopped is set when the task was seen stopped after its
-	// notification went: the kernel will restart the call on SIGCONT.
-	stopped atomic.Bool
-
-	obsStart int64 // observe.go
-}
-
-// Arg returns the i-th argument register.
-func (r *Request) Arg(i int) uint64 { return r.Notif.Data.Args[i] }
-
-// Valid checks that the notification is still pending (ID_VALID): the
-// caller still waits, so everything bound to its tid is its. An error
-// means the task left (a signal or death); do not act for it.
-func (r *Request) Valid() error { return r.l.IDValid(r.Notif.ID) }
-
-// Bound reports that the notification is known to be the Task's without
-// an ID_VALID: the Task was cached and found alive and unchanged after the
-// notification was received, so its tid could not have been reused. A
-// handler whose effect is undone when the answer is not taken (Deliver)
-// may then skip Valid.
-func (r *Request) Bound() bool { return r.cached }
-
-// Reply answers the call with val, or with err if it is not nil (a
-// syscall.Errno; any other error is logged and answered with EIO). Only
-// the first answer counts; it reports whether the kernel accepted the
-// answer. An accepted answer can still be discarded by the kernel if a
-// signal reaches the task at the same instant (the call is then
-// restarted or fails with EINTR): Deliver with Gateway.ExactDelivery
-// closes that window for answers of 0.
-func (r *Request) Reply(val int64, err error) bool {
-	if !r.replied.CompareAndSwap(false, true) {
-		return false
-	}
-	var errno unix.Errno
-	if err != nil && !errors.As(err, &errno) {
-		r.g.logf("gateway: %v from tid %d: %v", r.Sysno, r.Task.Tid, err)
-		errno = unix.EIO
-	}
-	serr := r.l.Reply(r.Notif.ID, val, errno)
-	r.g.observeReply(r, errno, serr)
-	if serr != nil {
-		if seccompnotify.IsGone(serr) {
-			r.sendRefused()
-		} else {
-			r.g.logf("gateway: reply to tid %d: %v", r.Task.Tid, serr)
-		}
-	}
-	if serr == nil {
-		r.delivered.Store(true)
-		r.succeeded.Store(errno == 0)
-	}
-	return serr == nil
-}
-
-// Deliver answers the call with the return value 0 and reports whether
-// the kernel accepted the answer: when it returns false the task never
-// saw it and the caller (an engine's Commit) must undo the call's effect,
-// which the engines do exactly. Only the first answer counts.
-//
-// By default it is a plain SEND (Reply(0, nil)): exact except in the
-// kernel's window where a SEND that returned 0 is discarded because a
-// signal woke the task at that instant (Stats.Repeats measures it). With
-// Gateway.ExactDelivery it uses seccompnotify.ReplyZeroConfirmed instead,
-// which closes that window at a cost (see ExactDelivery).
-func (r *Request) Deliver() bool {
-	if !r.g.ExactDelivery {
-		return r.Reply(0, nil)
-	}
-	if !r.replied.CompareAndSwap(false, true) {
-		return false
-	}
-	src, err := r.Task.dupFD0()
-	if err == nil {
-		err = r.l.ReplyZeroConfirmed(r.Notif.ID, src)
-		r.g.observeReply(r, 0, err) // observe.go
-		unix.Close(src)
-		switch {
-		case err == nil:
-			r.delivered.Store(true)
-			r.succeeded.Store(true)
-			return true
-		case errors.Is(err, seccompnotify.ErrUnconfirmed):
-			r.g.Stats.Unconfirmed.Add(1)
-			r.delivered.Store(true)
-			r.succeeded.Store(true)
-			return true
-		case seccompnotify.IsGone(err):
-			r.g.Stats.Refused.Add(1)
-			r.sendRefused()
-			return false
-		}
-		r.g.logf("gateway: confirmed reply to tid %d: %v", r.Task.Tid, err)
-	}
-	// No fd 0 in the task (or the confirmed reply failed without
-	// queueing anything): a plain reply, exact except in the window.
-	r.g.Stats.Plain.Add(1)
-	if err := r.l.Reply(r.Notif.ID, 0, 0); err != nil {
-		return false
-	}
-	r.delivered.Store(true)
-	r.succeeded.Store(true)
-	return true
-}
-
-// sendRefused records that the kernel refused r's answer: the
-// notification is gone. For a blocked call (a sleeper answered from a
-// waker's Commit) that makes it an interrupted call whose restart is
-// recognised; the task is probed for a stop, which decides how the
-// restart is answered. The wait is not cancelled here: the engine is
-// finishing it.
-func (r *Request) sendRefused() {
-	if r.done == nil || r.gone.Load() {
-		return // not blocked, or already known gone (and probed)
-	}
-	if r.Task.isStopped() {
-		r.stopped.Store(true)
-	}
-	r.gone.Store(true)
-}
-
-// Replied reports whether an answer was sent (or attempted).
-func (r *Request) Replied() bool { return r.replied.Load() }
-
-// Block runs f on its own goroutine, so that a call that sleeps does not
-// hold up the listener's other callers, and answers with its result
-// unless f already answered (for example through Deliver in an engine's
-// commit callback). Call Block only for a call that, natively, would
-// sleep now: if a signal interrupts it, the kernel restarts the trapped
-// call (SA_RESTART, stop/continue) and the gateway answers the restarted
-// call as the native call would have been answered (see Gateway.restart).
-//
-// f's ctx is cancelled when the notification is gone: at once when the
-// same thread raises a new notification (a thread makes one call at a
-// time), when the task's process exits, when a waiter count is queried
-// (Request.Sweep), and otherwise within Gateway.PollInterval, by which
-// the notification is polled with ID_VALID (the kernel gives no event).
-func (r *Request) Block(f func(ctx context.Context) (int64, error)) {
-	ctx, cancel := context.WithCancel(r.g.ctx)
-	r.cancel = cancel
-	r.done = make(chan struct{})
-	t := r.Task
-	t.callMu.Lock()
-	prev := t.blocked
-	t.blocked = r
-	t.callMu.Unlock()
-	if prev != nil {
-		// Cannot happen: dispatch ends a thread's blocked call before
-		// serving its next one.
-		r.g.abandon(prev)
-	}
-	r.g.track(r, true)
-	r.g.blocked.Add(1)
-	go func() {
-		defer r.g.blocked.Done()
-		defer cancel()
-		// The validity poll is a timer, not a goroutine: most blocked
-		// calls are woken before it first fires.
-		var mu sync.Mutex // guards stopped and the timer's re-arming
-		stopped := false
-		var tm *time.Timer
-		mu.Lock()
-		tm = time.AfterFunc(r.g.PollInterval, func() {
-			if r.Valid() != nil {
-				r.markGone(true)
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !stopped {
-				tm.Reset(r.g.PollInterval)
-			}
-		})
-		mu.Unlock()
-		val, err := f(ctx)
-		mu.Lock()
-		stopped = true
-		tm.Stop()
-		mu.Unlock()
-		if !r.Replied() {
-			r.Reply(val, err)
-		}
-		r.g.track(r, false)
-		t.callMu.Lock()
-		if t.blocked == r {
-			t.blocked = nil
-		}
-		if r.gone.Load() && !r.delivered.Load() {
-			r.g.Stats.Interrupted.Add(1)
-			t.intr = &interruption{
-				nr: r.Notif.Data.Nr, arch: r.Notif.Data.Arch, ip: r.Notif.Data.InstructionPointer,
-				args: r.Notif.Data.Args, sysno: r.Sysno, at: time.Now(), stopped: r.stopped.Load(),
-			}
-		}
-		t.callMu.Unlock()
-		close(r.done)
-	}()
-}
-
-// markGone records that r's notification is gone and cancels its wait.
-// With probe, the task's state is read to learn whether it is stopped.
-func (r *Request) markGone(probe bool) {
-	if probe && r.Task.isStopped() {
-		r.stopped.Store(true)
-	}
-	r.gone.Store(true)
-	r.cancel()
-}
-
-// Sweep checks every blocked call of the gateway with ID_VALID and ends
-// those whose notification is gone, waiting for them to leave the
-// engines: a query of waiter counts (GETNCNT, GETZCNT) then sees what the
-// kernel's would, since a native waiter leaves its queue the moment a
-// signal interrupts it.
-func (r *Request) Sweep() { r.g.sweep() }
-
-// interruption is a blocked call whose notification went away unanswered
-// (a signal, or a stop): the kernel will restart it with the same number,
-// arguments and instruction pointer unless the task saw EINTR.
-type interruption struct {
-	nr      int32
-	arch    uint32
-	ip      uint64
-	args    [6]uint64
-	sysno   Sysno
-	at      time.Time
-	stopped bool
-}
-
-func (in *interruption) matches(d *seccompnotify.Data) bool {
-	return in.nr == d.Nr && in.arch == d.Arch && in.ip == d.InstructionPointer && in.args == d.Args
-}
-
-// Stats counts the gateway's signal-related events.
+// Stats counts the gateway's signal- and exit-related events.
 type Stats struct {
-	// Interrupted counts blocked calls whose notification went away
-	// unanswered.
+	// Interrupted counts sleeping calls the kernel interrupted (a signal,
+	// a stop, the task's death).
 	Interrupted atomic.Int64
-	// Restarts counts restarted calls recognised as the restart of an
-	// interrupted blocked call and answered EINTR (as native semop).
+	// Restarts counts restarted calls answered EINTR, as the native call
+	// would have failed (semop after any signal; msgsnd/msgrcv after a
+	// handler).
 	Restarts atomic.Int64
-	// Resumed counts restarted calls recognised and served again
-	// (native msgsnd/msgrcv after stop/continue).
+	// Resumed counts restarted msgsnd/msgrcv served again (natively they
+	// resume after a stop).
 	Resumed atomic.Int64
-	// Refused counts exact deliveries the task did not take (a signal
-	// raced the answer: the effect was undone). With a plain SEND each
-	// would have been a reply that was either refused (ENOENT) or, in the
-	// kernel's window, accepted and discarded.
-	Refused atomic.Int64
-	// Unconfirmed counts exact deliveries whose confirmation was lost to
-	// a signal on the gateway's own thread.
-	Unconfirmed atomic.Int64
-	// Repeats counts calls identical to the same thread's previous call
-	// (number, arguments, instruction pointer) when that one had been
-	// answered with success. For a program that never repeats a
-	// successful call (the torture test's), each is a kernel restart after an answer was accepted
-	// and then discarded: with a plain SEND, a lost or doubled effect.
-	Repeats atomic.Int64
-	// Plain counts deliveries that fell back to a plain SEND (the task
-	// had no fd 0).
-	Plain atomic.Int64
+	// Confirmed counts answers delivered through ADDFD|SEND because a
+	// signal could race with them; Refused those of them the task did not
+	// take; Unconfirmed those whose confirmation a signal on the shim's
+	// own thread cut short.
+	Confirmed, Refused, Unconfirmed atomic.Int64
+	// Awaited counts answers whose fate was learnt from the kernel's
+	// report of the task's next signal; Discarded those found discarded
+	// (and undone); Unsettled those for which no report came in time
+	// (taken as delivered).
+	Awaited, Discarded, Unsettled atomic.Int64
+	// Exits counts processes whose exit was applied.
+	Exits atomic.Int64
+	// EventsLost is the number of kernel events lost to a full ring.
+	EventsLost atomic.Int64
 }
 
-// Gateway serves listener fds with one Handler and one Resolver.
+// ListenerOptions says what the gateway may assume of the tasks of one
+// listener (one container process tree), from its seccomp profile.
+type ListenerOptions struct {
+	// IPCNS is the inode of the container's IPC namespace, watched from
+	// the start (0: learnt from the first caller).
+	IPCNS uint64
+	// NSFixed: no thread can change its IPC namespace unseen (unshare and
+	// setns are trapped or refused): a thread's namespace is cached.
+	NSFixed bool
+	// IDsFixed: no thread can change its ids unseen (the setuid family is
+	// trapped or refused): a thread's credentials are cached. Otherwise
+	// each call compares them with a pidfd's.
+	IDsFixed bool
+}
+
+// Gateway serves listener fds with one Handler.
 type Gateway struct {
 	h   Handler
-	res *Resolver
-	// PollInterval is how often a blocked call's notification is checked
-	// with ID_VALID (default 10ms): the delay before a signalled task's
-	// waiter is cancelled in the engine.
-	PollInterval time.Duration
-	// NSCallsTrapped says that the filter traps unshare and setns (as
-	// ipcfilter's does), or refuses them: the thread's IPC namespace is
-	// then cached and reread only after one of them, instead of on every
-	// call. It is Serve's default; ServeListener takes it per listener.
-	NSCallsTrapped bool
+	tr  *tasktrace.Tracer
+	ctx context.Context
+
 	// SyncWakeUp asks for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on each
 	// listener (default true; ignored where the kernel lacks it).
 	SyncWakeUp bool
+	// Defaults are the options of listeners served with Serve.
+	Defaults ListenerOptions
 	// Logf reports anomalies; nil discards them.
 	Logf func(format string, args ...any)
-
-	// ExactDelivery makes Request.Deliver confirm that the task took
-	// the answer (SECCOMP_IOCTL_NOTIF_ADDFD with SEND|SETFD replacing
-	// the task's fd 0 with a duplicate of itself; see
-	// seccompnotify.ReplyZeroConfirmed). Off by default: it costs 12-20
-	// µs per successful semop or msgsnd (the supervisor waits for the
-	// task to run), and it has side effects the task can see: POSIX
-	// record locks the process holds on fd 0's file are released, and
-	// FD_CLOEXEC on fd 0 is cleared. It only serves answers of 0 (semop,
-	// msgsnd); msgrcv always uses a plain SEND. Set it before Serve.
-	ExactDelivery bool
-	// RestartWindow is how long after a blocked call was interrupted a
-	// call with the same thread, number, arguments and instruction
-	// pointer is taken for its restart (default 1s) when the task was
-	// not seen stopped; after a stop the next call of the thread is
-	// compared, however late.
-	RestartWindow time.Duration
 	// Stats counts signal-related events.
 	Stats Stats
 
-	ctx     context.Context
-	blocked sync.WaitGroup
+	// tmu guards the tables below.
+	tmu     sync.Mutex
+	tasks   map[int]*Task                  // by tid
+	procs   map[int]*process               // by tgid
+	pidns   map[uint64]*ipcns.PidNamespace // by nsfs inode
+	rootNS  *ipcns.PidNamespace            // the shim's own pid namespace
+	watched map[uint64]bool                // IPC namespaces the tracer reports
 
-	// mu guards waiting.
-	mu      sync.Mutex
-	waiting map[*Request]struct{} // blocked calls
+	// actMu serializes draining the ring with running the actions the
+	// events call for (events.go).
+	actMu sync.Mutex
+	// evMu guards the ring's reading, the fields below and every Task's
+	// intr field.
+	evMu     sync.Mutex
+	seq      uint64                // events applied
+	actions  []func()              // queued by events, run by syncEvents
+	intrs    map[int]*interruption // interruptions of threads not (yet) known, by tid
+	lostSeen uint64
+	drained  chan struct{} // closed and replaced after each drain that applied events
+	// seqNow is seq, for readers without evMu; queued is len(actions).
+	seqNow atomic.Uint64
+	queued atomic.Int64
 
+	wg  sync.WaitGroup
 	obs Observer // observe.go
 }
 
-// New returns a gateway serving h. ctx bounds the life of blocked calls.
+// New returns a gateway serving h. It loads the kernel event programs
+// (package tasktrace), which needs CAP_BPF and CAP_PERFMON (root) and a
+// kernel with BTF: without them the gateway cannot answer signals and
+// exits exactly, and New fails. ctx bounds the gateway's life.
 func New(ctx context.Context, h Handler) (*Gateway, error) {
-	g := &Gateway{h: h, PollInterval: 10 * time.Millisecond, SyncWakeUp: true,
-		RestartWindow: time.Second, ctx: ctx, waiting: make(map[*Request]struct{})}
-	res, err := NewResolver(func(pid *ipcns.Pid) {
-		// The process's blocked calls are gone with it: end them before
-		// its SEM_UNDO adjustments are applied.
-		g.mu.Lock()
-		var mine []*Request
-		for r := range g.waiting {
-			if r.Task.Caller.Pid == pid {
-				mine = append(mine, r)
-			}
-		}
-		g.mu.Unlock()
-		for _, r := range mine {
-			g.abandon(r)
-		}
-		h.Exit(pid)
-	})
+	ino, err := nsInode("/proc/self/ns/pid")
 	if err != nil {
 		return nil, err
 	}
-	g.res = res
+	tr, err := tasktrace.New()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: kernel task events: %w", err)
+	}
+	root := ipcns.NewPidNamespace(nil, ino)
+	g := &Gateway{h: h, tr: tr, ctx: ctx, SyncWakeUp: true,
+		Defaults: ListenerOptions{NSFixed: true, IDsFixed: false},
+		tasks:    map[int]*Task{}, procs: map[int]*process{}, pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
+		watched: map[uint64]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{})}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.eventLoop(ctx)
+	}()
+	context.AfterFunc(ctx, func() {
+		g.wg.Wait()
+		tr.Close()
+	})
 	return g, nil
 }
-
-// Resolver returns the gateway's resolver (for its options and tests).
-func (g *Gateway) Resolver() *Resolver { return g.res }
 
 func (g *Gateway) logf(format string, args ...any) {
 	if g.Logf != nil {
@@ -407,66 +158,106 @@ func (g *Gateway) logf(format string, args ...any) {
 	}
 }
 
-// Serve serves l until its filter has no users left or ctx is cancelled;
-// it returns like seccompnotify.Listener.Serve, and does not close l.
-func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
-	return g.ServeListener(ctx, l, g.NSCallsTrapped)
+// SyncEvents applies everything the kernel has reported so far (exits,
+// signals) before it returns: call it before answering a host-side query,
+// so that it sees what the kernel's IPC would show.
+func (g *Gateway) SyncEvents() { g.syncEvents() }
+
+// listener is a listener fd being served, with its options.
+type listener struct {
+	l    *seccompnotify.Listener
+	opts ListenerOptions
 }
 
-// ServeListener is Serve with NSCallsTrapped given for this listener: a
-// shim serves containers whose seccomp profiles differ, and the IPC
-// namespace of a thread may be cached only where no thread can change it
-// unseen (see spec.Plan.NSFixed).
-func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, nsCallsTrapped bool) error {
+// Serve serves l with the gateway's Defaults; see ServeListener.
+func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
+	return g.ServeListener(ctx, l, g.Defaults)
+}
+
+// ServeListener serves l until its filter has no users left (every task
+// that had it has exited), then returns nil; it does not close l. Calls
+// are received and served on one goroutine locked to its OS thread,
+// blocked in SECCOMP_IOCTL_NOTIF_RECV between calls (the cheapest way for
+// a Go supervisor to be woken: see docs/bench-gateway.md). The wait in
+// RECV cannot be interrupted: a cancelled ctx ends the loop at the next
+// notification or when the filter's users are gone.
+func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, opts ListenerOptions) error {
+	if opts.IPCNS != 0 {
+		if err := g.watch(opts.IPCNS); err != nil {
+			return err
+		}
+	}
 	if g.SyncWakeUp {
 		if err := l.SetSyncWakeUp(); err != nil {
 			g.logf("gateway: %v", err)
 		}
 	}
-	return l.Serve(ctx, func(n *seccompnotify.Notif) { g.dispatch(l, n, !nsCallsTrapped) })
+	ls := &listener{l: l, opts: opts}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var n seccompnotify.Notif
+	for {
+		if err := l.Recv(&n); err != nil {
+			switch {
+			case seccompnotify.IsGone(err):
+				// The notification went before it could be taken (a
+				// signal, a death), or the filter has no users left.
+				if l.Hungup() {
+					return nil
+				}
+				continue
+			case errors.Is(err, seccompnotify.ErrClosed):
+				return err
+			}
+			return err
+		}
+		if ctx.Err() != nil {
+			_ = l.Reply(n.ID, 0, unix.ENOSYS)
+			return ctx.Err()
+		}
+		g.dispatch(ls, &n)
+	}
 }
 
-// Wait waits for the blocked calls to finish (after ctx's cancellation).
-func (g *Gateway) Wait() { g.blocked.Wait() }
-
-// dispatch serves notification n of listener l; checkNS makes the caller's
-// identification reread its IPC namespace.
-func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif, checkNS bool) {
+// dispatch serves notification n of listener ls.
+func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 	sys, verdict := Decode(&n.Data)
 	switch verdict {
 	case Continue:
-		if (sys == SysNSChange || sys == SysGroupsChange) && n.Pid != 0 {
+		if sys.changesIdentity() && n.Pid != 0 {
 			// The thread may move to another IPC namespace or change
-			// its groups: identify it afresh at its next call, which it
-			// makes after this one has run. CONTINUE is safe here: the
-			// profile allows the call, and nothing is decided on its
-			// arguments.
-			g.res.Forget(int(n.Pid))
+			// its ids or groups: identify it afresh at its next call,
+			// which it makes after this one has run. CONTINUE is safe
+			// here: the profile allows the call, and nothing is decided
+			// on its arguments.
+			g.Forget(int(n.Pid))
 		}
-		_ = l.Continue(n.ID)
+		_ = ls.l.Continue(n.ID)
 		return
 	case Refuse:
 		g.logf("gateway: refused syscall %d arch %#x from tid %d", n.Data.Nr, n.Data.Arch, n.Pid)
-		_ = l.Reply(n.ID, 0, unix.ENOSYS)
+		_ = ls.l.Reply(n.ID, 0, unix.ENOSYS)
 		return
 	}
-	// Exits the caller may already have seen take effect first.
-	g.res.Reap()
+	// Exits and signals the caller may already have seen take effect
+	// first.
+	g.syncEvents()
 	if n.Pid == 0 {
 		// The task is not visible in the shim's pid namespace: it cannot
 		// be identified.
-		_ = l.Reply(n.ID, 0, unix.EPERM)
+		_ = ls.l.Reply(n.ID, 0, unix.EPERM)
 		return
 	}
-	t, hit, err := g.res.resolve(int(n.Pid), checkNS)
+	cached := g.lookup(int(n.Pid)) != nil
+	t, err := g.resolve(ls, int(n.Pid), n.ID)
 	if err != nil {
 		if !errors.Is(err, ErrTaskGone) {
 			g.logf("gateway: identify tid %d: %v", n.Pid, err)
 		}
-		_ = l.Reply(n.ID, 0, unix.ESRCH)
+		_ = ls.l.Reply(n.ID, 0, unix.ESRCH)
 		return
 	}
-	r := &Request{Notif: n, Sysno: sys, Task: t, l: l, g: g, cached: hit}
+	r := &Request{Notif: *n, Sysno: sys, Task: t, g: g, ls: ls, recvSeq: g.seqNow.Load(), cached: cached}
 	g.observeStart(r)
 	if g.restart(r) {
 		return
@@ -474,49 +265,61 @@ func (g *Gateway) dispatch(l *seccompnotify.Listener, n *seccompnotify.Notif, ch
 	g.h.Handle(r)
 }
 
-// restart ends the thread's previous blocked call, whose notification is
-// necessarily gone (a thread makes one system call at a time), and
-// answers r if it is the kernel's restart of that interrupted call,
-// reporting whether it did. Natively semop and semtimedop fail with EINTR
-// whenever a signal interrupts their sleep (a handler with or without
-// SA_RESTART, a stop), and msgsnd and msgrcv fail with EINTR when a
-// handler ran but resume after a stop; under seccomp the kernel gives
-// EINTR itself only for a handler without SA_RESTART, and restarts the
-// call otherwise.
-//
-// Only calls that were blocked are considered: a call interrupted while
-// it was being served (it would not have slept natively, e.g. preempted
-// by the Go runtime's SIGURG) is served again, since natively it would
-// not have failed.
+// restart makes r the thread's call and, if it is the kernel's restart
+// of the thread's interrupted call, answers it as the native call would
+// have ended (reporting true), or marks it r.restarted. See doc.go,
+// "Signals".
 func (g *Gateway) restart(r *Request) bool {
 	t := r.Task
-	t.callMu.Lock()
-	prev := t.blocked
-	t.callMu.Unlock()
-	if prev != nil {
-		g.abandon(prev)
+	t.mu.Lock()
+	var cancel canceler
+	if c := t.call; c != nil {
+		// A thread makes one call at a time: its previous one is over.
+		// Unanswered, it vanished with no signal taken by this thread (a
+		// stop begun by another thread, a freeze, a wakeup for a signal
+		// another thread took): the kernel restarts it.
+		t.call = nil
+		if !c.answered.Load() && !c.gone.Swap(true) {
+			cancel = c.wait
+			if t.intr == nil {
+				t.intr = &interruption{call: c, slept: c.wait != nil}
+			}
+		}
 	}
-	t.callMu.Lock()
 	in := t.intr
 	t.intr = nil
-	last := t.last
-	t.last = r
-	t.callMu.Unlock()
-	if last != nil && last.succeeded.Load() && last.Sysno == r.Sysno && r.Notif.Data.Args == last.Notif.Data.Args &&
-		r.Notif.Data.InstructionPointer == last.Notif.Data.InstructionPointer {
-		g.Stats.Repeats.Add(1)
+	t.call = r
+	t.mu.Unlock()
+	if cancel != nil {
+		g.Stats.Interrupted.Add(1)
+		cancel.Cancel()
 	}
-	if in == nil || !in.matches(&r.Notif.Data) || (!in.stopped && time.Since(in.at) > g.RestartWindow) {
+	if in == nil {
+		g.evMu.Lock()
+		in = g.intrs[t.Tid]
+		delete(g.intrs, t.Tid)
+		g.evMu.Unlock()
+	}
+	if in == nil || !in.restarts() || !in.matches(r) {
 		return false
 	}
-	switch in.sysno {
+	switch r.Sysno {
 	case SysSemop, SysSemtimedop:
+		// Natively semop fails with EINTR whenever a signal or a stop
+		// ends its sleep.
 	case SysMsgsnd, SysMsgrcv:
-		if in.stopped {
+		if !in.handlerRan {
+			// Natively they resume after a stop (-ERESTARTNOHAND).
 			g.Stats.Resumed.Add(1)
 			return false
 		}
 	default:
+		return false
+	}
+	if !in.slept {
+		// The gateway never saw the call asleep: natively it slept (and
+		// fails with EINTR) only if it could not proceed.
+		r.restarted = true
 		return false
 	}
 	g.Stats.Restarts.Add(1)
@@ -524,34 +327,12 @@ func (g *Gateway) restart(r *Request) bool {
 	return true
 }
 
-// abandon ends blocked call r, whose notification is gone, and waits until
-// it has left the engine.
-func (g *Gateway) abandon(r *Request) {
-	r.markGone(false)
-	<-r.done
-}
+// Null answers every call with 0 at once, after identifying the caller:
+// the baseline for benchmarks and the gateway's own tests.
+type Null struct{}
 
-func (g *Gateway) track(r *Request, on bool) {
-	g.mu.Lock()
-	if on {
-		g.waiting[r] = struct{}{}
-	} else {
-		delete(g.waiting, r)
-	}
-	g.mu.Unlock()
-}
+// Handle answers 0.
+func (Null) Handle(r *Request) { r.Reply(0, nil) }
 
-func (g *Gateway) sweep() {
-	g.mu.Lock()
-	all := make([]*Request, 0, len(g.waiting))
-	for r := range g.waiting {
-		all = append(all, r)
-	}
-	g.mu.Unlock()
-	for _, r := range all {
-		if r.Valid() != nil && !r.Replied() {
-			r.markGone(true)
-			<-r.done
-		}
-	}
-}
+// Exit does nothing.
+func (Null) Exit(*ipcns.Pid) {}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -76,13 +75,9 @@ func validRange(addr uint64, n int) bool {
 	return n <= MaxCopy && addr+uint64(n) >= addr && int64(addr+uint64(n)) >= 0
 }
 
-// alive reports whether the Task has not been released (its pidfd open).
-func (t *Task) alive() bool {
-	t.mu.Lock()
-	ok := t.pidfd >= 0
-	t.mu.Unlock()
-	return ok
-}
+// alive reports whether the thread's exit has not been applied: its tid
+// still names it.
+func (t *Task) alive() bool { return !t.dead.Load() }
 
 func (t *Task) vmIO(addr uint64, b []byte, write bool) error {
 	if len(b) == 0 {
@@ -105,48 +100,4 @@ func (t *Task) vmIO(addr uint64, b []byte, write bool) error {
 		return unix.EFAULT
 	}
 	return nil
-}
-
-// procMemIO is the previous implementation, kept for the benchmark that
-// compares the two: pread/pwrite of /proc/<tid>/mem, opened once per Task
-// (bound to the address space, reopened once after an exec). It ignores
-// page protections (FOLL_FORCE): do not use it to serve calls.
-func (t *Task) procMemIO(addr uint64, b []byte, write bool) error {
-	if len(b) == 0 {
-		return nil
-	}
-	if !validRange(addr, len(b)) {
-		return unix.EFAULT
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for attempt := 0; attempt < 2; attempt++ {
-		if t.memfd < 0 {
-			if t.pidfd < 0 {
-				return unix.EFAULT
-			}
-			fd, err := unix.Open("/proc/"+strconv.Itoa(t.Tid)+"/mem", unix.O_RDWR|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return unix.EFAULT
-			}
-			t.memfd = fd
-		}
-		var n int
-		var err error
-		if write {
-			n, err = unix.Pwrite(t.memfd, b, int64(addr))
-		} else {
-			n, err = unix.Pread(t.memfd, b, int64(addr))
-		}
-		if err == nil && n == len(b) {
-			return nil
-		}
-		if n == 0 && err == nil && attempt == 0 {
-			unix.Close(t.memfd)
-			t.memfd = -1
-			continue
-		}
-		return unix.EFAULT
-	}
-	return unix.EFAULT
 }

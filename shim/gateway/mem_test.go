@@ -15,22 +15,12 @@ func selfTask(tb testing.TB) *gateway.Task {
 	tb.Helper()
 	runtime.LockOSThread()
 	tb.Cleanup(runtime.UnlockOSThread)
-	r, err := gateway.NewResolver(nil)
-	if err != nil {
-		tb.Skipf("resolver: %v", err)
-	}
-	tb.Cleanup(r.Close)
-	t, err := r.Resolve(unix.Gettid())
-	if err != nil {
-		tb.Skipf("resolve self: %v", err)
-	}
-	return t
+	return gateway.NewTestTask(unix.Gettid())
 }
 
 // TestMemProtections checks that the gateway's copies honour page
 // protections as copy_{from,to}_user do (the kernel is the oracle: a
-// native read(2) into, or write(2) from, the same pages), and that
-// /proc/<tid>/mem, the previous way, does not.
+// native read(2) into, or write(2) from, the same pages).
 func TestMemProtections(t *testing.T) {
 	tk := selfTask(t)
 	page := unix.Getpagesize()
@@ -102,34 +92,19 @@ func TestMemProtections(t *testing.T) {
 			t.Errorf("%s: gateway %v, kernel %v", c.name, got, native)
 		}
 	}
-	// The old way reads PROT_NONE and writes read-only pages.
-	if err := tk.ProcMemIO(none, buf, false); err == nil {
-		t.Logf("/proc/<tid>/mem read a PROT_NONE page (expected: FOLL_FORCE)")
-	}
 }
 
-// BenchmarkMem24 compares the cost of a 24-byte copy from the caller
-// through process_vm_readv (the gateway's way) and through a kept
-// /proc/<tid>/mem fd (the previous way).
+// BenchmarkMem24 measures a 24-byte copy from the caller through
+// process_vm_readv, the gateway's way.
 func BenchmarkMem24(b *testing.B) {
 	tk := selfTask(b)
 	src := make([]byte, 24)
 	dst := make([]byte, 24)
 	addr := uint64(uintptr(unsafe.Pointer(&src[0])))
-	b.Run("process_vm_readv", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			if err := tk.ReadMem(addr, dst); err != nil {
-				b.Fatal(err)
-			}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := tk.ReadMem(addr, dst); err != nil {
+			b.Fatal(err)
 		}
-	})
-	b.Run("proc_mem_pread", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			if err := tk.ProcMemIO(addr, dst, false); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	}
 }

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"encoding/binary"
-	"errors"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
@@ -79,29 +77,12 @@ func (n *Namespace) msgsnd(r *Request) {
 			return
 		}
 	}
-	if err := r.bindCheck(); err != nil {
-		return
-	}
-	c := &r.Task.Caller
-	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Flags: flg, Commit: r.Deliver}
-	run := func(ctx context.Context, op *msgengine.SndOp) (int64, error) {
-		err := eng.Msgsnd(ctx, c, op)
-		if errors.Is(err, msgengine.ErrNotDelivered) {
-			return 0, nil // nobody to answer; already marked replied
-		}
-		return 0, err
-	}
-	// Try without sleeping on this goroutine first (see semop).
-	try := *op
-	try.Flags |= msgengine.IPCNoWait
-	val, err := run(context.Background(), &try)
-	if flg&msgengine.IPCNoWait != 0 || err != unix.EAGAIN || r.Replied() {
-		if !r.Replied() {
-			r.Reply(val, err)
-		}
-		return
-	}
-	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
+	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Flags: flg}
+	op.Commit = func() bool { return r.commit(0) }
+	op.Done = r.ended
+	op.NoSleep = r.restarted
+	w, err := eng.StartSend(&r.Task.Caller, op)
+	started(r, w, err, msgengine.ErrNotDelivered, msgengine.ErrWouldSleep)
 }
 
 // msgrcv follows do_msgrcv: msqid and msgsz (EINVAL), the MSG_COPY flags
@@ -112,8 +93,8 @@ func (n *Namespace) msgsnd(r *Request) {
 // Linux, a message whose copy-out fails is consumed and the call fails
 // with EFAULT.
 //
-// Exact delivery (ADDFD|SEND) cannot carry msgrcv's byte count, so the
-// answer is always a plain SEND.
+// The answer is a byte count, which ADDFD|SEND cannot carry: where a
+// signal may race with it, its fate is learnt from the kernel (commitWrite).
 func (n *Namespace) msgrcv(r *Request) {
 	eng := n.msg
 	msqid, msgp, msgsz, msgtyp, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int64(r.Arg(3)), int(int32(r.Arg(4)))
@@ -129,43 +110,18 @@ func (n *Namespace) msgrcv(r *Request) {
 			return
 		}
 	}
-	c := &r.Task.Caller
 	op := &msgengine.RcvOp{MsqID: msqid, Size: msgsz, Type: msgtyp, Flags: flg, Thread: r.Task.Thread}
 	op.Commit = func(m *msgengine.Message) bool {
-		if r.done != nil {
-			// A sleeper handed a message later: its tid must still
-			// name it before anything is written there.
-			if err := r.Valid(); err != nil {
-				r.markGone(true)
-				return false
-			}
-		} else if r.bindCheck() != nil {
-			return false
-		}
 		var h [mtypeSize]byte
 		binary.LittleEndian.PutUint64(h[:], uint64(m.Type))
-		if err := writeMsg(r.Task, msgp, h[:], m.Data); err != nil {
-			return r.Reply(0, err)
-		}
-		return r.Reply(int64(len(m.Data)), nil)
+		return r.commitWrite(int64(len(m.Data)), msgp, mtypeSize+len(m.Data), func() error {
+			return writeMsg(r.Task, msgp, h[:], m.Data)
+		})
 	}
-	run := func(ctx context.Context, op *msgengine.RcvOp) (int64, error) {
-		m, err := eng.Msgrcv(ctx, c, op)
-		if errors.Is(err, msgengine.ErrNotDelivered) {
-			return 0, nil
-		}
-		return int64(len(m.Data)), err
-	}
-	try := *op
-	try.Flags |= msgengine.IPCNoWait
-	val, err := run(context.Background(), &try)
-	if flg&msgengine.IPCNoWait != 0 || err != unix.ENOMSG || r.Replied() {
-		if !r.Replied() {
-			r.Reply(val, err)
-		}
-		return
-	}
-	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
+	op.Done = func(_ msgengine.Message, err error) { r.ended(err) }
+	op.NoSleep = r.restarted
+	_, w, err := eng.StartRecv(&r.Task.Caller, op)
+	started(r, w, err, msgengine.ErrNotDelivered, msgengine.ErrWouldSleep)
 }
 
 // msgctl follows ksys_msgctl: msqid < 0 or cmd < 0 is EINVAL, then per

@@ -42,7 +42,3 @@ func (g *Gateway) observeReply(r *Request, errno unix.Errno, serr error) {
 		g.obs.ObserveReply(r, errno, time.Duration(int64(time.Since(epoch))-r.obsStart))
 	}
 }
-
-// Slept reports whether r was handed to Block: its latency includes the
-// time it waited in an engine.
-func (r *Request) Slept() bool { return r.done != nil }

@@ -20,7 +20,7 @@ func BenchmarkGatewaySemopMetrics(b *testing.B) {
 		for _, on := range []bool{false, true} {
 			b.Run(fmt.Sprintf("metrics=%v/round=%d", on, round), func(b *testing.B) {
 				out, _ := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) {
-					g.NSCallsTrapped = true
+					g.Defaults = gateway.ListenerOptions{NSFixed: true, IDsFixed: true}
 					if on {
 						g.SetObserver(control.NewMetrics(src))
 					}

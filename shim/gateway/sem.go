@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"encoding/binary"
-	"errors"
-	"os"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
@@ -61,43 +58,14 @@ func (n *Namespace) semop(r *Request, timed bool) {
 		}
 		nowait = nowait && op.Sops[i].Flg&semengine.IPCNoWait != 0
 	}
-	// A new Task must be checked against the notification; a cached one
-	// is bound to it, and an answer the kernel refuses is undone.
-	if err := r.bindCheck(); err != nil {
-		return
-	}
-	// Deliver success with the set still locked: if the task has left,
-	// the engine undoes the operation exactly.
-	op.Commit = r.Deliver
-	run := func(ctx context.Context, op *semengine.Op) (int64, error) {
-		err := eng.Semop(ctx, &r.Task.Caller, op)
-		if errors.Is(err, semengine.ErrNotDelivered) {
-			return 0, nil // nobody to answer; already marked replied
-		}
-		return 0, err
-	}
-	// Try first without sleeping, on this goroutine: most calls do not
-	// sleep, and handing them to a goroutine costs a scheduler round
-	// trip. An attempt that fails with EAGAIN has no effect that the
-	// blocking call would not have had (Linux too lets a new call pass
-	// the sleepers), so the blocking call then simply runs.
-	try := *op
-	try.Sops = make([]semengine.Sembuf, len(op.Sops))
-	for i, sb := range op.Sops {
-		sb.Flg |= semengine.IPCNoWait
-		try.Sops[i] = sb
-	}
-	val, err := run(context.Background(), &try)
-	if nowait || err != unix.EAGAIN || r.Replied() {
-		if !r.Replied() {
-			r.Reply(val, err)
-		}
-		return
-	}
-	if debugBlock {
-		r.g.logf("gateway: tid %d blocks in semop %v", r.Task.Tid, op.Sops)
-	}
-	r.Block(func(ctx context.Context) (int64, error) { return run(ctx, op) })
+	// The operation is done, or queued to sleep, in one critical section
+	// of the engine; success is answered from inside it (Commit), so that
+	// an answer the task does not take is undone before anyone sees it.
+	op.Commit = func() bool { return r.commit(0) }
+	op.Done = r.ended
+	op.NoSleep = r.restarted
+	w, err := eng.Start(&r.Task.Caller, op)
+	started(r, w, err, semengine.ErrNotDelivered, semengine.ErrWouldSleep)
 }
 
 // Layout of struct semid64_ds on x86_64 and arm64 (104 bytes): ipc64_perm
@@ -195,8 +163,6 @@ func (n *Namespace) semctl(r *Request) {
 		}
 		r.Reply(0, eng.SetVal(c, semid, semnum, int(int32(arg))))
 	case semengine.GetNCnt, semengine.GetZCnt:
-		// Interrupted sleepers leave the counts at once natively.
-		r.Sweep()
 		v, err := eng.Get(c, semid, semnum, cmd)
 		r.Reply(int64(v), err)
 	case semengine.GetVal, semengine.GetPID:
@@ -221,15 +187,3 @@ func (n *Namespace) semctl(r *Request) {
 		r.Reply(0, unix.EINVAL)
 	}
 }
-
-// Null answers every call with 0 at once, after identifying the caller:
-// the baseline for benchmarks and the gateway's own tests.
-type Null struct{}
-
-// Handle answers 0.
-func (Null) Handle(r *Request) { r.Reply(0, nil) }
-
-// Exit does nothing.
-func (Null) Exit(*ipcns.Pid) {}
-
-var debugBlock = os.Getenv("GATEWAY_DEBUG_BLOCK") != ""

@@ -224,6 +224,20 @@ func (l *Listener) SetSyncWakeUp() error {
 // SyncWakeUp reports whether SetSyncWakeUp succeeded.
 func (l *Listener) SyncWakeUp() bool { return l.syncWakeUp }
 
+// Hungup reports whether the filter has no users left (every task that
+// had it has exited): poll(2) says POLLHUP. A RECV then fails with ENOENT
+// at once.
+func (l *Listener) Hungup() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return true
+	}
+	fds := []unix.PollFd{{Fd: int32(l.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+}
+
 // IsGone reports whether err means that the notification or its task is
 // gone (ENOENT from RECV, SEND or ID_VALID), as opposed to a failure of
 // the listener.

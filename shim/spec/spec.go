@@ -33,6 +33,13 @@ var NSCalls = []string{"unshare", "setns"}
 // where the profile allows them, they make it forget what it cached.
 var GroupCalls = []string{"setgroups", "setgroups32"}
 
+// IDCalls change a thread's uids or gids. The gateway caches each thread's
+// credentials; it may do so only if it sees these calls (trapped, then let
+// run) or the profile refuses them; otherwise it compares them on every
+// call. An exec that changes them is reported by the kernel (tasktrace).
+var IDCalls = []string{"setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setfsuid", "setfsgid",
+	"setuid32", "setgid32", "setreuid32", "setregid32", "setresuid32", "setresgid32", "setfsuid32", "setfsgid32"}
+
 // ConfigFile is the OCI spec's name in a bundle.
 const ConfigFile = "config.json"
 
@@ -62,6 +69,12 @@ type Plan struct {
 	// the profile allows them only conditionally, a setgroups(2) that
 	// changes no id goes unseen until the thread's next id change.
 	GroupsNotified []string
+	// IDsFixed reports that no thread can change its ids unseen: each of
+	// IDCalls is trapped (IDsNotified) or refused outright. The gateway
+	// then caches each thread's credentials.
+	IDsFixed bool
+	// IDsNotified lists the IDCalls trapped, as NSNotified.
+	IDsNotified []string
 }
 
 // Error is a refusal that stops the container; its text says what to
@@ -273,7 +286,9 @@ func Patch(s *specs.Spec, listenerPath string) (*Plan, error) {
 	keep = append(keep, specs.LinuxSyscall{Names: plan.Notified, Action: specs.ActNotify})
 	keep, plan.NSNotified, plan.NSFixed = trapAllowed(keep, sc.DefaultAction, NSCalls)
 	keep, plan.GroupsNotified, _ = trapAllowed(keep, sc.DefaultAction, GroupCalls)
-	if seen := append(slices.Clone(plan.NSNotified), plan.GroupsNotified...); len(seen) > 0 {
+	keep, plan.IDsNotified, plan.IDsFixed = trapAllowed(keep, sc.DefaultAction, IDCalls)
+	seen := slices.Concat(plan.NSNotified, plan.GroupsNotified, plan.IDsNotified)
+	if len(seen) > 0 {
 		keep = append(keep, specs.LinuxSyscall{Names: seen, Action: specs.ActNotify})
 	}
 	sc.Syscalls = keep

@@ -45,10 +45,10 @@ type Service struct {
 
 	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
 
-	// nsFixed holds, by container id, spec.Plan.NSFixed of this shim's
-	// trapped containers: whether their threads' IPC namespaces may be
-	// cached. A container missing here (another shim's, joining) has its
-	// namespace reread on every call.
+	// nsFixed holds, by container id, what spec.Plan found of this shim's
+	// trapped containers (gateway.ListenerOptions): whether their
+	// threads' IPC namespaces and ids may be cached. A container missing
+	// here (another shim's, joining) has both reread on every call.
 	nsFixed sync.Map // string -> bool
 }
 
@@ -65,19 +65,16 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		return nil, fmt.Errorf("io.containerd.ipc.v2: start the IPC gateway: %w", err)
 	}
 	gw.Logf = func(f string, a ...any) { log.G(ctx).Warnf(f, a...) }
-	// A successful semop or msgsnd is answered with a confirmed delivery:
-	// with a plain SEND the kernel can discard an accepted answer when a
-	// signal wakes the task at that instant, and the restarted call then
-	// applies the operation twice (the gateway's torture test doubled a
-	// unit in 4 of 6 runs). The price is 12-20 µs per success and the
-	// side effects documented at gateway.Gateway.ExactDelivery.
-	gw.ExactDelivery = os.Getenv("CONTAINERD_SHIM_IPC_PLAIN_DELIVERY") == ""
 	s := &Service{TTRPCTaskService: inner, ctx: ctx, ns: ns, gw: gw, sock: SocketPath()}
 	if n := sweepStale(filepath.Dir(s.sock)); n > 0 {
 		log.G(ctx).Infof("removed %d socket(s) left by shims that died", n)
 	}
-	ns.OnCreate, ns.OnFree = s.publish, s.unpublish
-	s.view = NewViews(ns, gw.Resolver())
+	ns.OnCreate = s.publish
+	ns.OnFree = func(ino uint64) {
+		s.unpublish(ino)
+		gw.Unwatch(ino)
+	}
+	s.view = NewViews(ns, gw)
 	s.view.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
 	sd.RegisterCallback(func(context.Context) error {
 		s.mu.Lock()
@@ -170,8 +167,9 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 			}()
 		}
 		v, _ := s.nsFixed.Load(id)
-		fixed, _ := v.(bool)
-		if err := s.gw.ServeListener(s.ctx, l, fixed); err != nil && !errors.Is(err, context.Canceled) {
+		opts, _ := v.(gateway.ListenerOptions)
+		opts.IPCNS = ino
+		if err := s.gw.ServeListener(s.ctx, l, opts); err != nil && !errors.Is(err, context.Canceled) {
 			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
 		}
 	}()
@@ -238,9 +236,9 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
 		}
 		s.ns.Prepare(r.ID, plan.Limits)
-		s.nsFixed.Store(r.ID, plan.NSFixed)
+		s.nsFixed.Store(r.ID, gateway.ListenerOptions{NSFixed: plan.NSFixed, IDsFixed: plan.IDsFixed})
 		s.noteSpec(r.ID, sp)
-		lg.Infof("trapping %v (IPC namespace %s); namespace changes: %s; group changes: %s", plan.Notified, orNew(plan.IPCPath), nsChanges(plan), groupChanges(plan))
+		lg.Infof("trapping %v (IPC namespace %s); namespace changes: %s; group changes: %s; id changes: %s", plan.Notified, orNew(plan.IPCPath), nsChanges(plan), groupChanges(plan), idChanges(plan))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
 	}
@@ -274,6 +272,18 @@ func groupChanges(p *spec.Plan) string {
 		return fmt.Sprintf("%v trapped and let run", p.GroupsNotified)
 	}
 	return "not trapped (the profile does not allow setgroups unconditionally): seen at the next id change"
+}
+
+// idChanges says in words how the gateway learns of a thread changing its
+// uids or gids (spec.Plan.IDsFixed).
+func idChanges(p *spec.Plan) string {
+	switch {
+	case !p.IDsFixed:
+		return "possible unseen, credentials compared on every call"
+	case len(p.IDsNotified) > 0:
+		return fmt.Sprintf("%v trapped and let run", p.IDsNotified)
+	}
+	return "refused by the profile"
 }
 
 func orNew(p string) string {

@@ -65,7 +65,7 @@ const ViewAnnotation = "io.containerd.ipc.v2.procview"
 // Views are the mounted views, by container.
 type Views struct {
 	ns  *Namespaces
-	res *gateway.Resolver
+	res *gateway.Gateway
 	// Logf reports; nil discards.
 	Logf func(format string, args ...any)
 
@@ -75,7 +75,7 @@ type Views struct {
 
 // NewViews returns an empty set serving from ns; res (may be nil) names
 // readers' pid namespaces.
-func NewViews(ns *Namespaces, res *gateway.Resolver) *Views {
+func NewViews(ns *Namespaces, res *gateway.Gateway) *Views {
 	return &Views{ns: ns, res: res, byID: map[string]*View{}}
 }
 
@@ -237,11 +237,10 @@ func (v *View) pidNamespace(r sysvipcfs.Reader) *ipcns.PidNamespace {
 			return ns
 		}
 	}
-	t, err := v.vs.res.Resolve(r.Pid)
+	ns, err := v.vs.res.PidNamespace(r.Pid)
 	if err != nil {
 		return nil
 	}
-	ns := t.Caller.Pid.Namespace()
 	if own {
 		v.pidMu.Lock()
 		v.pidNS = ns

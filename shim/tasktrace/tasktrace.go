@@ -85,7 +85,7 @@ func (e *Event) HasHandler() bool { return e.Handler != SigDfl && e.Handler != S
 // Regs are the x86_64 user registers of a thread as saved at its system
 // call entry, with ax holding the call's result once it has one.
 type Regs struct {
-	Ax, OrigAx, IP                     uint64
+	Ax, OrigAx, IP                      uint64
 	Di, Si, Dx, R10, R8, R9, Bx, Cx, Bp uint64
 }
 

@@ -56,21 +56,22 @@ func ipcInode(t *testing.T, pid int) uint64 {
 	return st.Ino
 }
 
-// waitFor drains events until one satisfies ok, or fails after 10 s.
+// backlog holds events drained but not yet matched by waitFor.
+var backlog []tasktrace.Event
+
+// waitFor returns the first event, in the kernel's order, that satisfies
+// ok, draining as needed; it fails after 10 s.
 func waitFor(t *testing.T, tr *tasktrace.Tracer, what string, ok func(*tasktrace.Event) bool) tasktrace.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		var found *tasktrace.Event
-		tr.Drain(func(e *tasktrace.Event) {
-			if found == nil && ok(e) {
-				c := *e
-				found = &c
+		tr.Drain(func(e *tasktrace.Event) { backlog = append(backlog, *e) })
+		for i, e := range backlog {
+			if ok(&e) {
+				backlog = append(backlog[:i:i], backlog[i+1:]...)
+				return e
 			}
-		})
-		if found != nil {
-			return *found
 		}
 		if err := tr.Wait(ctx); err != nil {
 			t.Fatalf("no %s event: %v", what, err)
@@ -80,6 +81,7 @@ func waitFor(t *testing.T, tr *tasktrace.Tracer, what string, ok func(*tasktrace
 
 func TestSignalAndExitEvents(t *testing.T) {
 	tr := newTracer(t)
+	backlog = nil
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "TASKTRACE_CHILD=1", "GODEBUG=asyncpreemptoff=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWIPC}

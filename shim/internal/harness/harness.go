@@ -121,8 +121,14 @@ func trap(socket string) error {
 // sending the listener fd to the listenerPath socket. argv[0] is a program
 // (looked up in PATH) or "go:name" for a function registered with
 // Register. The process is killed if the test process dies.
+//
+// Like a container's, the process has an IPC namespace of its own (the
+// engines serve its calls; the gateway has the kernel report the
+// namespace's task events), so it needs CAP_SYS_ADMIN.
 func Command(socket string, argv ...string) *exec.Cmd {
-	return command("trap", socket, argv)
+	cmd := command("trap", socket, argv)
+	cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWIPC
+	return cmd
 }
 
 // NativeCommand returns a command that runs argv without a filter, in a

@@ -52,11 +52,15 @@ var X86_64 = []uint32{
 	unix.SYS_SEMGET, unix.SYS_SEMOP, unix.SYS_SEMCTL, unix.SYS_SEMTIMEDOP,
 	unix.SYS_MSGGET, unix.SYS_MSGSND, unix.SYS_MSGRCV, unix.SYS_MSGCTL,
 	unix.SYS_UNSHARE, unix.SYS_SETNS, unix.SYS_SETGROUPS,
+	unix.SYS_SETUID, unix.SYS_SETGID, unix.SYS_SETREUID, unix.SYS_SETREGID,
+	unix.SYS_SETRESUID, unix.SYS_SETRESGID, unix.SYS_SETFSUID, unix.SYS_SETFSGID,
 }
 
 // I386 numbers of the trapped calls: ipc(2), the direct calls, unshare
-// (310), setns (346), setgroups (81) and setgroups32 (206).
-var I386 = []uint32{117, 393, 394, 399, 400, 401, 402, 420, 310, 346, 81, 206}
+// (310), setns (346), setgroups (81) and setgroups32 (206), and the setuid
+// family (16- and 32-bit ids).
+var I386 = []uint32{117, 393, 394, 399, 400, 401, 402, 420, 310, 346, 81, 206,
+	23, 46, 70, 71, 138, 139, 164, 170, 203, 204, 208, 210, 213, 214, 215, 216}
 
 // offset of the fields of struct seccomp_data.
 const (

@@ -1,0 +1,288 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
+)
+
+// This file applies what the kernel reports about the watched tasks
+// (package tasktrace) to the gateway's tables: a thread's interrupted
+// call, a thread's exit, a process's exit, an exec. See doc.go for why
+// each answer that depends on them is exact.
+//
+// Locks: evMu serializes reading the ring and applying events to Tasks;
+// it is never held while calling into an engine, so a goroutine holding
+// an engine lock (an answer being committed) may take it. What an event
+// makes the engines do (cancel a sleeper, apply SEM_UNDO) is queued as an
+// action and run by syncEvents, under actMu and no other lock. Order:
+// actMu, then evMu; actMu, then engine locks; engine locks, then evMu.
+
+// interruption records a trapped call of a thread that the kernel
+// interrupted: the thread's next notification may be its restart.
+type interruption struct {
+	// nr, ip and the argument registers of the interrupted call, as the
+	// thread's registers held them.
+	nr   int64
+	ip   uint64
+	regs tasktrace.Regs
+	// call is the interrupted Request if the gateway had received it, and
+	// slept whether it was asleep in an engine then (natively: asleep in
+	// the call).
+	call  *Request
+	slept bool
+	// evented: the kernel reported the interruption (a signal the thread
+	// took); without it the call vanished with no signal taken by the
+	// thread (a group stop begun by another thread, a freezer, a wakeup
+	// for a signal another thread took).
+	evented bool
+	// The first handler the thread ran after the interruption decides
+	// what the kernel does (handle_signal): without SA_RESTART the call
+	// fails with EINTR, with it the call restarts; with no handler at all
+	// (a stop, a freeze) it restarts. decided is set once a handler
+	// was seen.
+	decided, firstHandler, firstRestart bool
+	// handlerRan: any handler ran before the restart (msgsnd and msgrcv
+	// then fail with EINTR natively, -ERESTARTNOHAND).
+	handlerRan bool
+}
+
+// sameCall reports whether regs describe the interrupted call.
+func (in *interruption) sameCall(regs *tasktrace.Regs) bool {
+	return int64(regs.OrigAx) == in.nr && regs.IP == in.ip && regs.Args(false) == in.regs.Args(false) &&
+		regs.Args(true) == in.regs.Args(true)
+}
+
+// restarts reports whether the kernel restarts the interrupted call.
+func (in *interruption) restarts() bool { return !in.firstHandler || in.firstRestart }
+
+// matches reports whether notification r is the restart of the
+// interrupted call: same number, arguments and instruction pointer.
+func (in *interruption) matches(r *Request) bool {
+	d := &r.Notif.Data
+	if in.call != nil {
+		c := &in.call.Notif.Data
+		return c.Nr == d.Nr && c.Arch == d.Arch && c.InstructionPointer == d.InstructionPointer && c.Args == d.Args
+	}
+	return int64(d.Nr) == in.nr && d.InstructionPointer == in.ip && in.regs.Args(d.Arch == archI386) == d.Args
+}
+
+// syncEvents applies every event recorded so far and runs the actions
+// they call for, before it returns. Calling it before serving a call, or
+// answering a host-side query, gives the kernel's order: an exit, a
+// signal taken, happened before anything that could observe it.
+func (g *Gateway) syncEvents() {
+	if !g.tr.Pending() && g.queued.Load() == 0 {
+		return
+	}
+	g.actMu.Lock()
+	defer g.actMu.Unlock()
+	g.evMu.Lock()
+	g.drainLocked()
+	acts := g.actions
+	g.actions = nil
+	g.queued.Store(0)
+	g.evMu.Unlock()
+	for _, a := range acts {
+		a()
+	}
+}
+
+// syncEventsLocked applies every event recorded so far without running
+// the actions they call for (they wait for the next syncEvents): for a
+// caller that holds an engine lock.
+func (g *Gateway) syncEventsLocked() {
+	if !g.tr.Pending() {
+		return
+	}
+	g.evMu.Lock()
+	g.drainLocked()
+	g.evMu.Unlock()
+}
+
+func (g *Gateway) drainLocked() {
+	if g.tr.Drain(g.apply) > 0 {
+		close(g.drained)
+		g.drained = make(chan struct{})
+	}
+	if lost := g.tr.Lost(); lost != g.lostSeen {
+		g.logf("gateway: the kernel dropped %d task events (ring full): signals and exits may have been missed", lost-g.lostSeen)
+		g.lostSeen = lost
+		g.Stats.EventsLost.Store(int64(lost))
+	}
+}
+
+// queue adds an action for the next syncEvents. evMu is held.
+func (g *Gateway) queue(a func()) {
+	g.actions = append(g.actions, a)
+	g.queued.Store(int64(len(g.actions)))
+}
+
+// eventLoop applies events as they come, so that a sleeper's signal or a
+// process's exit takes effect without waiting for a call to be served.
+func (g *Gateway) eventLoop(ctx context.Context) {
+	for {
+		if err := g.tr.Wait(ctx); err != nil {
+			return
+		}
+		g.syncEvents()
+	}
+}
+
+// apply applies one event. evMu is held.
+func (g *Gateway) apply(ev *tasktrace.Event) {
+	g.seq++
+	g.seqNow.Store(g.seq)
+	switch ev.Kind {
+	case tasktrace.Generate:
+		g.signalProcess(int(ev.Tgid)).sigGen.Store(g.seq)
+	case tasktrace.Deliver:
+		g.signalProcess(int(ev.Tgid)).sigDel.Store(g.seq)
+		g.delivered(ev)
+	case tasktrace.Exit:
+		g.exited(int(ev.Tid), int(ev.Tgid), ev.GroupDead)
+	case tasktrace.Exec:
+		for _, tid := range []int{int(ev.OldTid), int(ev.Tid)} {
+			if t := g.lookup(tid); t != nil {
+				t.dead.Store(true)
+				g.forgetLocked(t)
+			}
+		}
+	}
+}
+
+// signalProcess returns the process record of tgid for signal
+// bookkeeping, making an anonymous one if the process has not called yet
+// (its first call may be the one a signal interrupts).
+func (g *Gateway) signalProcess(tgid int) *process {
+	g.tmu.Lock()
+	defer g.tmu.Unlock()
+	p := g.procs[tgid]
+	if p == nil {
+		p = &process{tgid: tgid}
+		g.procs[tgid] = p
+	}
+	return p
+}
+
+// delivered handles a signal taken by a thread: the thread's registers
+// tell whether its trapped call was interrupted (ax = -ERESTARTSYS, the
+// call's number in orig_ax) or answered, before any handler runs.
+func (g *Gateway) delivered(ev *tasktrace.Event) {
+	tid := int(ev.Tid)
+	t := g.lookup(tid)
+	if t != nil {
+		// An answer in doubt (Request.await) reads its fate here.
+		t.mu.Lock()
+		t.sigSeq, t.sigRegs = g.seq, ev.Regs
+		t.mu.Unlock()
+	}
+	in := g.pendingIntr(t, tid)
+	if ev.Regs.Interrupted() && trappedNr(int64(ev.Regs.OrigAx)) {
+		if in == nil || in.decided || !in.sameCall(&ev.Regs) {
+			// A new interruption. (Signals taken in the same return to
+			// user mode after the first handler no longer see
+			// -ERESTARTSYS: handle_signal has rewritten ax.)
+			in = &interruption{nr: int64(ev.Regs.OrigAx), ip: ev.Regs.IP, regs: ev.Regs, evented: true}
+			if t != nil {
+				t.mu.Lock()
+				if c := t.call; c != nil && c.matchesRegs(&ev.Regs) {
+					in.call, in.slept = c, c.wait != nil
+					t.call = nil
+					g.abandonLocked(c)
+				}
+				t.intr = in
+				t.mu.Unlock()
+			} else {
+				g.intrs[tid] = in
+			}
+		}
+		if ev.HasHandler() && !in.decided {
+			in.decided = true
+			in.firstHandler = true
+			in.firstRestart = ev.Flags&tasktrace.SaRestart != 0
+		}
+	}
+	if in != nil && ev.HasHandler() {
+		in.handlerRan = true
+	}
+}
+
+// pendingIntr returns the thread's interruption not yet matched by a
+// notification, if any.
+func (g *Gateway) pendingIntr(t *Task, tid int) *interruption {
+	if t == nil {
+		return g.intrs[tid]
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.intr
+}
+
+// exited handles the start of a thread's exit: its Task is gone, its call
+// (if any) is abandoned, and with the last thread the process's SEM_UNDO
+// adjustments are applied — queued now, so that the next call served
+// sees them.
+func (g *Gateway) exited(tid, tgid int, groupDead bool) {
+	delete(g.intrs, tid)
+	if t := g.lookup(tid); t != nil {
+		t.dead.Store(true)
+		t.mu.Lock()
+		if c := t.call; c != nil {
+			t.call = nil
+			g.abandonLocked(c)
+		}
+		t.mu.Unlock()
+		g.forgetLocked(t)
+	}
+	if !groupDead {
+		return
+	}
+	g.tmu.Lock()
+	p := g.procs[tgid]
+	delete(g.procs, tgid)
+	g.tmu.Unlock()
+	if p != nil && p.pid != nil {
+		g.Stats.Exits.Add(1)
+		g.queue(func() { g.h.Exit(p.pid) })
+	}
+}
+
+// abandonLocked marks c gone (its notification no longer exists) and
+// queues the cancellation of its sleep. The Task's mu is held.
+func (g *Gateway) abandonLocked(c *Request) {
+	if c.gone.Swap(true) {
+		return
+	}
+	if w := c.wait; w != nil {
+		g.Stats.Interrupted.Add(1)
+		g.queue(func() { w.Cancel() })
+	}
+}
+
+// forgetLocked drops t from the table and queues the release of its
+// pidfd. evMu is held.
+func (g *Gateway) forgetLocked(t *Task) {
+	g.tmu.Lock()
+	if g.tasks[t.Tid] == t {
+		delete(g.tasks, t.Tid)
+		t.proc.threads--
+	}
+	g.tmu.Unlock()
+	g.queue(t.release)
+}
+
+// trappedNr reports whether a system call number, as a thread's orig_ax
+// holds it, is one the filter traps to the gateway: the x86_64 and x32
+// numbers, and the i386 ones (ipc(2) and the direct calls).
+func trappedNr(nr int64) bool {
+	switch nr &^ x32Bit {
+	case 64, 65, 66, 68, 69, 70, 71, 220:
+		return true
+	}
+	switch nr {
+	case i386IPC, 393, 394, 399, 400, 401, 402, 420:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,350 @@
+package gateway
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
+	"golang.org/x/sys/unix"
+)
+
+// Request is one trapped call.
+type Request struct {
+	// Notif is the notification as received.
+	Notif seccompnotify.Notif
+	// Sysno is the decoded call.
+	Sysno Sysno
+	// Task is the caller.
+	Task *Task
+
+	g  *Gateway
+	ls *listener
+	// recvSeq is the event sequence number when the call was dispatched:
+	// every event up to it had been applied.
+	recvSeq uint64
+	// cached: Task came from the cache (identified before this call).
+	cached bool
+	// restarted: the call is the restart of a call the kernel
+	// interrupted where, natively, it may or may not have slept: it is
+	// served, but where it would sleep it fails with EINTR instead.
+	restarted bool
+
+	// replied is set once an answer was attempted (only the first
+	// counts), answered once the kernel accepted one, gone once the
+	// notification is known to be gone (the task was interrupted or
+	// died).
+	replied, answered, gone atomic.Bool
+	// wait is the engine sleep the call is in, if any; guarded by
+	// Task.mu.
+	wait canceler
+
+	obsStart int64 // observe.go
+}
+
+type canceler interface{ Cancel() bool }
+
+// Arg returns the i-th argument register.
+func (r *Request) Arg(i int) uint64 { return r.Notif.Data.Args[i] }
+
+// Valid checks that the notification is still pending (ID_VALID): the
+// caller still waits, so everything learnt through its tid is its, and an
+// answer can reach it. An error means the task left (a signal or death).
+func (r *Request) Valid() error { return r.ls.l.IDValid(r.Notif.ID) }
+
+// Bound reports that the Task was identified before this notification
+// and is still alive: the notification is the Task's without an ID_VALID.
+func (r *Request) Bound() bool { return r.cached && !r.Task.dead.Load() }
+
+// Replied reports whether an answer was sent (or attempted).
+func (r *Request) Replied() bool { return r.replied.Load() }
+
+// Reply answers the call with val, or with err if it is not nil (a
+// syscall.Errno; any other error is logged and answered with EIO), and
+// reports whether the kernel accepted the answer. Only the first answer
+// counts. Use it for answers that change nothing, or whose change is
+// harmless to repeat: an accepted answer can still be discarded when a
+// signal reaches the task at that instant (then the task sees EINTR or
+// restarts the call). Answers that change state go through commit.
+func (r *Request) Reply(val int64, err error) bool {
+	if !r.replied.CompareAndSwap(false, true) {
+		return false
+	}
+	var errno unix.Errno
+	if err != nil && !errors.As(err, &errno) {
+		r.g.logf("gateway: %v from tid %d: %v", r.Sysno, r.Task.Tid, err)
+		errno = unix.EIO
+	}
+	ok := r.send(val, errno)
+	r.finish()
+	return ok
+}
+
+// send does the SEND ioctl and records its outcome.
+func (r *Request) send(val int64, errno unix.Errno) bool {
+	serr := r.ls.l.Reply(r.Notif.ID, val, errno)
+	r.g.observeReply(r, errno, serr)
+	if serr != nil {
+		if seccompnotify.IsGone(serr) {
+			r.gone.Store(true)
+		} else {
+			r.g.logf("gateway: reply to tid %d: %v", r.Task.Tid, serr)
+		}
+		return false
+	}
+	r.answered.Store(true)
+	return true
+}
+
+// finish ends the call's presence in its Task: the thread's next
+// notification is a new call.
+func (r *Request) finish() {
+	t := r.Task
+	t.mu.Lock()
+	if t.call == r {
+		t.call = nil
+	}
+	t.mu.Unlock()
+}
+
+// sleep records that the call is asleep in an engine (w). If the call is
+// already known gone, the sleep is cancelled at once.
+func (r *Request) sleep(w canceler) {
+	t := r.Task
+	t.mu.Lock()
+	gone := r.gone.Load()
+	if !gone {
+		r.wait = w
+	}
+	t.mu.Unlock()
+	if gone {
+		w.Cancel()
+	}
+}
+
+// Slept reports whether the call went to sleep in an engine: its latency
+// includes the time it waited.
+func (r *Request) Slept() bool {
+	t := r.Task
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return r.wait != nil
+}
+
+// matchesRegs reports whether regs (a thread's registers as the kernel
+// reported them) are those of this call: number, arguments, instruction
+// pointer.
+func (r *Request) matchesRegs(regs *tasktrace.Regs) bool {
+	d := &r.Notif.Data
+	return int64(d.Nr) == int64(regs.OrigAx) && d.InstructionPointer == regs.IP && d.Args == regs.Args(d.Arch == archI386)
+}
+
+// commit answers a call whose success changes state (a semop, a msgsnd:
+// answer 0; a msgrcv: its byte count, see commitMessage) from the
+// engine's Commit, with the engine's lock held, and reports whether the
+// task took the answer: if not, the engine undoes the change before
+// anyone sees it. It is exact (doc.go, "Exact answers"): a plain SEND,
+// unless a signal may race with it; then a confirmed delivery
+// (SECCOMP_IOCTL_NOTIF_ADDFD with SEND), or, where the answer is not 0,
+// a SEND whose fate the kernel reports (await).
+func (r *Request) commit(val int64) bool {
+	if r.gone.Load() || !r.replied.CompareAndSwap(false, true) {
+		return false
+	}
+	g := r.g
+	g.syncEventsLocked()
+	if r.gone.Load() {
+		return false
+	}
+	p := r.Task.proc
+	pre := g.seqNow.Load()
+	raced := p.mayBeSignalled(r.recvSeq)
+	if raced && val == 0 {
+		if ok, done := r.confirm(); done {
+			return ok
+		}
+	}
+	if !r.send(val, 0) {
+		return false
+	}
+	if !raced {
+		g.syncEventsLocked()
+		if p.sigGen.Load() <= pre {
+			// No signal was queued for the process before the SEND
+			// completed: the kernel cannot have discarded the answer.
+			return true
+		}
+	}
+	return r.await(pre)
+}
+
+// confirm answers 0 through ADDFD|SEND (seccompnotify.ReplyZeroConfirmed):
+// the ioctl returns once the task took the answer, or fails if a signal
+// got there first. done is false when it could not be tried (the task
+// has no fd 0): the caller then sends and awaits.
+func (r *Request) confirm() (ok, done bool) {
+	pfd, err := unix.PidfdOpen(r.Task.Tgid, 0)
+	if err != nil {
+		return false, false
+	}
+	src, err := unix.PidfdGetfd(pfd, 0, 0)
+	unix.Close(pfd)
+	if err != nil {
+		return false, false
+	}
+	defer unix.Close(src)
+	g := r.g
+	err = r.ls.l.ReplyZeroConfirmed(r.Notif.ID, src)
+	switch {
+	case err == nil:
+		g.Stats.Confirmed.Add(1)
+		g.observeReply(r, 0, nil)
+		r.answered.Store(true)
+		return true, true
+	case errors.Is(err, seccompnotify.ErrUnconfirmed):
+		g.Stats.Unconfirmed.Add(1)
+		r.answered.Store(true)
+		return true, true
+	case seccompnotify.IsGone(err):
+		g.Stats.Refused.Add(1)
+		r.gone.Store(true)
+		return false, true
+	}
+	return false, false
+}
+
+// awaitLimit bounds how long an answer in doubt waits for the kernel's
+// report: the task was woken by the signal and has only to run.
+const awaitLimit = 50 * time.Millisecond
+
+// await learns whether the task took an answer the kernel accepted while
+// a signal queued for its process may have woken it (event sequence
+// number pre, before the SEND). A task woken by a signal takes it in
+// get_signal, where the kernel reports its registers: ax holds the
+// answer if the task took it, -ERESTARTSYS if it discarded it. It reports
+// whether the task took it. The engine's lock is held meanwhile, so an
+// answer found discarded is undone before anyone sees it.
+func (r *Request) await(pre uint64) bool {
+	g, t := r.g, r.Task
+	g.Stats.Awaited.Add(1)
+	deadline := time.Now().Add(awaitLimit)
+	for {
+		g.evMu.Lock()
+		g.drainLocked()
+		drained := g.drained
+		g.evMu.Unlock()
+		t.mu.Lock()
+		seq, regs := t.sigSeq, t.sigRegs
+		t.mu.Unlock()
+		switch {
+		case seq > pre:
+			if regs.Interrupted() && r.matchesRegs(&regs) {
+				g.Stats.Discarded.Add(1)
+				r.gone.Store(true)
+				return false
+			}
+			return true
+		case t.dead.Load():
+			return true
+		case time.Now().After(deadline):
+			// No signal reached this thread (another thread took it,
+			// or it is blocked): the answer was taken.
+			g.Stats.Unsettled.Add(1)
+			return true
+		}
+		select {
+		case <-drained:
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
+
+// started finishes a handler's call of an engine's Start: asleep (w not
+// nil), done (the answer went through Commit, or nobody took it), refused
+// as a restarted call that would sleep (EINTR: natively it slept and the
+// signal ended the sleep), or failed.
+func started[W interface {
+	*semengine.Wait | *msgengine.Wait
+	canceler
+}](r *Request, w W, err, notDelivered, wouldSleep error) {
+	switch {
+	case w != nil:
+		r.sleep(w)
+	case err == nil || errors.Is(err, notDelivered):
+		r.finish()
+	case errors.Is(err, wouldSleep):
+		r.g.Stats.Restarts.Add(1)
+		r.Reply(0, unix.EINTR)
+	default:
+		r.Reply(0, err)
+	}
+}
+
+// ended is an engine sleep's Done: the call was answered through Commit
+// (or nobody took it), or the sleep failed (EIDRM, EAGAIN on timeout,
+// E2BIG, EACCES, EINTR), which is answered here.
+func (r *Request) ended(err error) {
+	if err == nil || r.Replied() {
+		r.finish()
+		return
+	}
+	if r.gone.Load() {
+		r.finish()
+		return
+	}
+	r.Reply(0, err)
+}
+
+// commitWrite is commit for an answer that comes with data written into
+// the caller's memory first (msgrcv's message: n bytes at addr, written
+// by write). If the answer is not taken, the data written is put back as
+// it was where a signal could have raced (the old bytes are read first
+// only then). A write that faults is answered EFAULT and counts as taken,
+// as Linux consumes a message whose copy-out fails.
+func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
+	if r.gone.Load() || !r.replied.CompareAndSwap(false, true) {
+		return false
+	}
+	g := r.g
+	g.syncEventsLocked()
+	if r.gone.Load() {
+		return false
+	}
+	p := r.Task.proc
+	pre := g.seqNow.Load()
+	raced := p.mayBeSignalled(r.recvSeq)
+	var saved []byte
+	if raced {
+		saved = make([]byte, n)
+		if r.Task.ReadMem(addr, saved) != nil {
+			saved = nil
+		}
+	}
+	restore := func() {
+		if saved != nil {
+			_ = r.Task.WriteMem(addr, saved)
+		}
+	}
+	if err := write(); err != nil {
+		r.send(0, unix.EFAULT)
+		return true
+	}
+	if !r.send(val, 0) {
+		restore()
+		return false
+	}
+	if !raced {
+		g.syncEventsLocked()
+		if p.sigGen.Load() <= pre {
+			return true
+		}
+	}
+	if r.await(pre) {
+		return true
+	}
+	restore()
+	return false
+}
