@@ -102,6 +102,9 @@ type Gateway struct {
 	pidns   map[uint64]*ipcns.PidNamespace // by nsfs inode
 	rootNS  *ipcns.PidNamespace            // the shim's own pid namespace
 	watched map[uint64]bool                // IPC namespaces the tracer reports
+	// nsListeners are the listeners whose callers are in each IPC
+	// namespace (drain.go).
+	nsListeners map[uint64]map[*listener]bool
 
 	// actMu serializes draining the ring with running the actions the
 	// events call for (events.go).
@@ -139,7 +142,7 @@ func New(ctx context.Context, h Handler) (*Gateway, error) {
 	g := &Gateway{h: h, tr: tr, ctx: ctx, SyncWakeUp: true,
 		Defaults: ListenerOptions{NSFixed: true, IDsFixed: false},
 		tasks:    map[int]*Task{}, procs: map[int]*process{}, pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
-		watched: map[uint64]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{})}
+		watched: map[uint64]bool{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{})}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -167,6 +170,13 @@ func (g *Gateway) SyncEvents() { g.syncEvents() }
 type listener struct {
 	l    *seccompnotify.Listener
 	opts ListenerOptions
+	// received and dispatched count the notifications the receiver has
+	// read and finished dispatching; lastID is the last one read. An
+	// observer of the namespace waits for them to agree (drain.go).
+	received, dispatched, lastID atomic.Uint64
+	// ns is the IPC namespace its callers were last seen in (receiver
+	// only).
+	ns uint64
 }
 
 // Serve serves l with the gateway's Defaults; see ServeListener.
@@ -193,6 +203,10 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 		}
 	}
 	ls := &listener{l: l, opts: opts}
+	if opts.IPCNS != 0 {
+		g.addListener(ls, opts.IPCNS)
+	}
+	defer g.removeListener(ls)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var n seccompnotify.Notif
@@ -211,11 +225,40 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 			}
 			return err
 		}
+		ls.lastID.Store(n.ID)
+		ls.received.Add(1)
 		if ctx.Err() != nil {
 			_ = l.Reply(n.ID, 0, unix.ENOSYS)
+			ls.dispatched.Add(1)
 			return ctx.Err()
 		}
 		g.dispatch(ls, &n)
+		ls.dispatched.Add(1)
+	}
+}
+
+// addListener records that ls serves callers in IPC namespace ino, whose
+// observers drain it.
+func (g *Gateway) addListener(ls *listener, ino uint64) {
+	g.tmu.Lock()
+	defer g.tmu.Unlock()
+	ls.ns = ino
+	m := g.nsListeners[ino]
+	if m == nil {
+		m = map[*listener]bool{}
+		g.nsListeners[ino] = m
+	}
+	m[ls] = true
+}
+
+func (g *Gateway) removeListener(ls *listener) {
+	g.tmu.Lock()
+	defer g.tmu.Unlock()
+	for ino, m := range g.nsListeners {
+		delete(m, ls)
+		if len(m) == 0 {
+			delete(g.nsListeners, ino)
+		}
 	}
 }
 
@@ -256,6 +299,9 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 		}
 		_ = ls.l.Reply(n.ID, 0, unix.ESRCH)
 		return
+	}
+	if t.IPCNS != ls.ns {
+		g.addListener(ls, t.IPCNS)
 	}
 	r := &Request{Notif: *n, Sysno: sys, Task: t, g: g, ls: ls, recvSeq: g.seqNow.Load(), cached: cached}
 	g.observeStart(r)

@@ -187,15 +187,21 @@ func (n *Namespace) msgctl(r *Request) {
 			r.Reply(0, err)
 			return
 		}
-		if err := r.Valid(); err != nil {
-			return
-		}
-		r.Reply(0, eng.Set(c, msqid, le.Uint32(b[4:]), le.Uint32(b[8:]), uint32(le.Uint16(b[20:])), le.Uint64(b[88:])))
+		// Sleepers recheck their permission, senders may now fit:
+		// every task asleep in the trap is one (Observe, drain.go).
+		r.Observe(func() {
+			if err := r.Valid(); err != nil {
+				return
+			}
+			r.Reply(0, eng.Set(c, msqid, le.Uint32(b[4:]), le.Uint32(b[8:]), uint32(le.Uint16(b[20:])), le.Uint64(b[88:])))
+		})
 	case ipcns.IPCRmid:
-		if err := r.Valid(); err != nil {
-			return
-		}
-		r.Reply(0, eng.Remove(c, msqid))
+		r.Observe(func() {
+			if err := r.Valid(); err != nil {
+				return
+			}
+			r.Reply(0, eng.Remove(c, msqid))
+		})
 	default:
 		r.Reply(0, unix.EINVAL)
 	}

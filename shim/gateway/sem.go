@@ -142,29 +142,37 @@ func (n *Namespace) semctl(r *Request) {
 			return
 		}
 		r.Reply(0, nil)
+	// The commands that wake, count or fail sleepers see every task
+	// asleep in the trap as a sleeper (Observe, drain.go).
 	case semengine.SetAll:
-		if err := r.Valid(); err != nil {
-			return
-		}
-		r.Reply(0, eng.SetAll(c, semid, func(nsems int) ([]uint16, error) {
-			b := make([]byte, 2*nsems)
-			if err := r.Task.ReadMem(arg, b); err != nil {
-				return nil, err
+		r.Observe(func() {
+			if err := r.Valid(); err != nil {
+				return
 			}
-			vals := make([]uint16, nsems)
-			for i := range vals {
-				vals[i] = le.Uint16(b[2*i:])
-			}
-			return vals, nil
-		}))
+			r.Reply(0, eng.SetAll(c, semid, func(nsems int) ([]uint16, error) {
+				b := make([]byte, 2*nsems)
+				if err := r.Task.ReadMem(arg, b); err != nil {
+					return nil, err
+				}
+				vals := make([]uint16, nsems)
+				for i := range vals {
+					vals[i] = le.Uint16(b[2*i:])
+				}
+				return vals, nil
+			}))
+		})
 	case semengine.SetVal:
-		if err := r.Valid(); err != nil {
-			return
-		}
-		r.Reply(0, eng.SetVal(c, semid, semnum, int(int32(arg))))
+		r.Observe(func() {
+			if err := r.Valid(); err != nil {
+				return
+			}
+			r.Reply(0, eng.SetVal(c, semid, semnum, int(int32(arg))))
+		})
 	case semengine.GetNCnt, semengine.GetZCnt:
-		v, err := eng.Get(c, semid, semnum, cmd)
-		r.Reply(int64(v), err)
+		r.Observe(func() {
+			v, err := eng.Get(c, semid, semnum, cmd)
+			r.Reply(int64(v), err)
+		})
 	case semengine.GetVal, semengine.GetPID:
 		v, err := eng.Get(c, semid, semnum, cmd)
 		r.Reply(int64(v), err)
@@ -179,10 +187,12 @@ func (n *Namespace) semctl(r *Request) {
 		}
 		r.Reply(0, eng.SetPerm(c, semid, le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint16(b[20:])))
 	case ipcns.IPCRmid:
-		if err := r.Valid(); err != nil {
-			return
-		}
-		r.Reply(0, eng.Remove(c, semid))
+		r.Observe(func() {
+			if err := r.Valid(); err != nil {
+				return
+			}
+			r.Reply(0, eng.Remove(c, semid))
+		})
 	default:
 		r.Reply(0, unix.EINVAL)
 	}

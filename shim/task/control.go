@@ -128,6 +128,9 @@ func (s *Service) forgetContainer(id string) {
 
 // snapshot builds the control endpoint's view (control.Source).
 func (s *Service) snapshot() control.Snapshot {
+	// Exits and signals the kernel has reported take effect first (an
+	// exited process's SEM_UNDO, a signalled sleeper leaving its queue).
+	s.gw.SyncEvents()
 	snap := control.Snapshot{Taken: time.Now(), Shim: control.Shim{Pid: os.Getpid()}}
 	snap.Shim.Socket = control.SocketPath(s.sock)
 	snap.Shim.Interrupted = s.gw.Stats.Interrupted.Load()
