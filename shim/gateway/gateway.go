@@ -317,6 +317,9 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 // "Signals".
 func (g *Gateway) restart(r *Request) bool {
 	t := r.Task
+	// evMu, because the kernel's reports update an interruption until the
+	// thread's next call takes it (events.go).
+	g.evMu.Lock()
 	t.mu.Lock()
 	var cancel canceler
 	if c := t.call; c != nil {
@@ -332,19 +335,23 @@ func (g *Gateway) restart(r *Request) bool {
 			}
 		}
 	}
-	in := t.intr
+	taken := t.intr
 	t.intr = nil
 	t.call = r
 	t.mu.Unlock()
+	if taken == nil {
+		taken = g.intrs[t.Tid]
+	}
+	delete(g.intrs, t.Tid)
+	var in *interruption
+	if taken != nil {
+		c := *taken
+		in = &c
+	}
+	g.evMu.Unlock()
 	if cancel != nil {
 		g.Stats.Interrupted.Add(1)
 		cancel.Cancel()
-	}
-	if in == nil {
-		g.evMu.Lock()
-		in = g.intrs[t.Tid]
-		delete(g.intrs, t.Tid)
-		g.evMu.Unlock()
 	}
 	if in == nil || !in.restarts() || !in.matches(r) {
 		return false

@@ -249,6 +249,10 @@ func (r *Request) await(pre uint64) bool {
 			return true
 		case t.dead.Load():
 			return true
+		case t.proc.sigDel.Load() > pre && t.proc.sigDel.Load() >= t.proc.sigGen.Load():
+			// Every signal queued for the process since was taken, by
+			// other threads: none interrupted this one.
+			return true
 		case time.Now().After(deadline):
 			// No signal reached this thread (another thread took it,
 			// or it is blocked): the answer was taken.

@@ -1,0 +1,141 @@
+package gateway
+
+// # How a trapped call is served
+//
+// One receiver per listener (gateway.go, ServeListener): a goroutine
+// locked to its OS thread, blocked in SECCOMP_IOCTL_NOTIF_RECV. For each
+// notification it
+//
+//  1. decodes the call (arch.go);
+//  2. applies what the kernel reported since the last call (events.go:
+//     exits, signals taken), so that nothing that happened before the
+//     call was trapped is missed;
+//  3. identifies the thread (task.go): from the cache, or from
+//     /proc/<tid> checked with ID_VALID afterwards;
+//  4. decides whether the call is the kernel's restart of an interrupted
+//     one (Gateway.restart), and otherwise
+//  5. hands it to the handler (sem.go, msg.go), which calls an engine's
+//     Start: the call is done at once, or queued to sleep in the same
+//     critical section that found it must wait. Success is answered from
+//     inside that critical section (the engine's Commit calls
+//     Request.commit), so an answer the task does not take is undone
+//     before anyone sees it.
+//
+// A sleeping call holds no goroutine: it is an engine waiter with a
+// Request. It ends when a waker completes it (Commit answers), the object
+// goes (Done answers EIDRM), its timeout fires (EAGAIN), or the kernel
+// reports the thread interrupted or gone (its wait is cancelled).
+//
+// # What the kernel reports, and why it is enough (package tasktrace)
+//
+// The gateway watches each served IPC namespace with eBPF programs on
+// three tracepoints. signal_deliver runs in a thread taking a signal,
+// inside get_signal, before a handler frame is set up or a restart
+// arranged; the thread's saved registers then hold the outcome of its
+// last system call: for a call trapped by seccomp, -ERESTARTSYS in ax if
+// its wait for the supervisor was interrupted (seccomp_do_user_notification
+// leaves the notification's list and returns that), or the answer it took.
+// signal_generate runs in the sender when a signal is queued.
+// sched_process_exit runs at the start of do_exit, before exit_sem, before
+// the task's files are closed and before its parent can wait for it.
+//
+// Each record is written before the event's consequences: the thread's
+// handler, its restarted call, its parent's wait(2), a pipe it closes. A
+// process that observes one of these and then makes a call traps after
+// the record was committed, and the receiver applies every record before
+// it serves a call. So:
+//
+//   - Exits are causal. A process's SEM_UNDO adjustments (Handler.Exit)
+//     and its threads' departure from every queue take effect before any
+//     later call of any process is served, and before a host query
+//     (SyncEvents) is answered.
+//   - A cached identity is never stale. A thread's Task is dropped when
+//     its exit or exec is applied, before its tid can name another task;
+//     credential and namespace changes are trapped (setuid family,
+//     setgroups, unshare, setns: let run, identity dropped) where the
+//     profile allows them, and compared per call where it does not.
+//
+// # Signals (Gateway.restart, events.go)
+//
+// Under seccomp a signal ends the wait for the supervisor with
+// -ERESTARTSYS whatever the call: a handler without SA_RESTART makes the
+// call fail with EINTR, one with SA_RESTART, a stop/continue or a freeze
+// make the kernel restart it — a new notification with the same number,
+// arguments and instruction pointer. Natively (man 7 signal) semop and
+// semtimedop fail with EINTR after any handler and after a stop; msgsnd
+// and msgrcv fail with EINTR after any handler and resume after a stop
+// (-ERESTARTNOHAND). The gateway learns, from signal_deliver, that a
+// thread's call was interrupted — whether or not it had read the
+// notification — and which handler ran first; the restart is then
+// answered as the native call would have ended:
+//
+//   - the call was asleep in an engine: semop EINTR; msgsnd/msgrcv EINTR
+//     if a handler ran, served again if not;
+//   - the gateway never saw it asleep (the signal came before the
+//     receiver read it, or while it was being served): natively it slept,
+//     and fails, only if it could not proceed; the restart is served with
+//     NoSleep and answered EINTR where it would sleep;
+//   - a handler without SA_RESTART: the kernel already returned EINTR; the
+//     thread's next call is a new call.
+//
+// A thread makes one call at a time: a notification from a thread whose
+// previous call was neither answered nor reported interrupted means that
+// one vanished with no signal taken by the thread (a group stop begun by
+// another thread, a freezer, a wakeup for a signal another thread took):
+// it is cancelled and treated as interrupted with no handler.
+//
+// # Exact answers (Request.commit, commitWrite, await)
+//
+// A SEND the kernel accepted can still be discarded: if a signal wakes
+// the task just before the answer, seccomp_do_user_notification takes the
+// interrupted path after SEND returned. That needs a signal queued for the
+// task's process before SEND completes. So an answer that changes state
+// is a plain SEND when no signal may race (no signal_generate for the
+// process since the call was received, none queued and not yet taken),
+// checked again after the SEND; otherwise it is either a confirmed
+// delivery (ADDFD|SEND: the ioctl returns once the task took the answer,
+// or fails) for answers of 0, or — for msgrcv's byte count, which ADDFD
+// cannot carry — a SEND whose fate the kernel reports: the task takes the
+// signal in get_signal and signal_deliver shows ax: the answer (taken) or
+// -ERESTARTSYS (discarded: undone, the message requeued, the caller's
+// buffer put back). The engine's lock is held meanwhile, so nobody sees
+// an effect that is then undone.
+//
+// # Sleepers in the trap (drain.go)
+//
+// A task asleep in the trap whose notification the receiver has not read
+// yet is a sleeper too: commands that count, wake or fail sleepers
+// (GETNCNT, GETZCNT, SETVAL, SETALL, IPC_RMID, msgctl IPC_SET) run once
+// everything pending on the namespace's listeners has been dispatched.
+//
+// # What is not exact, and why (the kernel's interface)
+//
+//   - A signal whose handler lacks SA_RESTART, arriving while a call that
+//     would not sleep natively waits for the supervisor (a few µs per
+//     call), makes the kernel return EINTR: seccomp's wait is
+//     interruptible, and SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, which
+//     would make it killable once read, cannot be set through runc 1.1.5.
+//     Measured with TestTorture: ~90 such EINTRs of semop(+1) per ~4,000
+//     signals, every one with values conserved.
+//   - Semop, msgsnd and msgrcv do not drain pending notifications: a
+//     process that sees another asleep through /proc and then changes
+//     the value through semop may find it queued a few µs later than the
+//     kernel would (the sleeper still gets what it waits for when it is
+//     read, unless a third process takes it first).
+//   - A stop begun by another thread of a multi-threaded process, or a
+//     freezer, that interrupts a call before it is read leaves no report:
+//     the restart is served as a new call.
+//   - A reply in doubt whose thread never takes a signal (another thread
+//     took it) is taken as delivered after awaitLimit (Stats.Unsettled).
+//
+// # Locks
+//
+// Task.mu guards a thread's call state (call, intr, the Request's wait);
+// Gateway.tmu the tables of tasks, processes and listeners; evMu the
+// ring's reading and the event sequence; actMu serializes draining with
+// running the actions events queue (cancelling a sleep, applying
+// SEM_UNDO). Order: actMu, then evMu or an engine lock; an engine lock,
+// then evMu (a Commit checks for signals); evMu, then tmu or Task.mu;
+// tmu, then Task.mu.
+// Engine callbacks (Commit, Done) run under engine locks and never call
+// back into an engine.
