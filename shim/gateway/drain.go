@@ -130,6 +130,7 @@ func (g *Gateway) sweep(ino uint64) {
 		if c.Valid() == nil {
 			continue
 		}
+		c.settle() // an answer in flight also ends the notification
 		t := c.Task
 		t.mu.Lock()
 		w := c.wait

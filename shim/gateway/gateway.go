@@ -317,6 +317,14 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 // "Signals".
 func (g *Gateway) restart(r *Request) bool {
 	t := r.Task
+	// The previous call may have been answered by another goroutine
+	// that has not yet recorded it: the task can be quicker.
+	t.mu.Lock()
+	prev := t.call
+	t.mu.Unlock()
+	if prev != nil {
+		prev.settle()
+	}
 	// evMu, because the kernel's reports update an interruption until the
 	// thread's next call takes it (events.go).
 	g.evMu.Lock()

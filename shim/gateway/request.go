@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,12 @@ type Request struct {
 	// notification is known to be gone (the task was interrupted or
 	// died).
 	replied, answered, gone atomic.Bool
+	// answering is held from the moment an answer is attempted until
+	// its outcome (answered or gone) is recorded, so that whoever must
+	// tell an answered call from a vanished one can wait for it
+	// (settle): the task may make its next call before the goroutine
+	// that answered it has run again.
+	answering sync.Mutex
 	// wait is the engine sleep the call is in, if any; guarded by
 	// Task.mu.
 	wait canceler
@@ -70,9 +77,10 @@ func (r *Request) Replied() bool { return r.replied.Load() }
 // signal reaches the task at that instant (then the task sees EINTR or
 // restarts the call). Answers that change state go through commit.
 func (r *Request) Reply(val int64, err error) bool {
-	if !r.replied.CompareAndSwap(false, true) {
+	if !r.startAnswer() {
 		return false
 	}
+	defer r.answering.Unlock()
 	var errno unix.Errno
 	if err != nil && !errors.As(err, &errno) {
 		r.g.logf("gateway: %v from tid %d: %v", r.Sysno, r.Task.Tid, err)
@@ -81,6 +89,27 @@ func (r *Request) Reply(val int64, err error) bool {
 	ok := r.send(val, errno)
 	r.finish()
 	return ok
+}
+
+// startAnswer claims the right to answer (only the first answer counts)
+// and, if it got it, returns with answering held.
+func (r *Request) startAnswer() bool {
+	r.answering.Lock()
+	if !r.replied.CompareAndSwap(false, true) {
+		r.answering.Unlock()
+		return false
+	}
+	return true
+}
+
+// settle waits until an answer in flight has its outcome recorded:
+// afterwards answered and gone say whether the kernel took it. No
+// gateway lock may be held (an answer in flight may need evMu).
+func (r *Request) settle() {
+	if r.replied.Load() {
+		r.answering.Lock()
+		r.answering.Unlock() //nolint:staticcheck // a wait, not a critical section
+	}
 }
 
 // send does the SEND ioctl and records its outcome.
@@ -151,9 +180,10 @@ func (r *Request) matchesRegs(regs *tasktrace.Regs) bool {
 // (SECCOMP_IOCTL_NOTIF_ADDFD with SEND), or, where the answer is not 0,
 // a SEND whose fate the kernel reports (await).
 func (r *Request) commit(val int64) bool {
-	if r.gone.Load() || !r.replied.CompareAndSwap(false, true) {
+	if r.gone.Load() || !r.startAnswer() {
 		return false
 	}
+	defer r.answering.Unlock()
 	g := r.g
 	g.syncEventsLocked()
 	if r.gone.Load() {
@@ -309,9 +339,10 @@ func (r *Request) ended(err error) {
 // only then). A write that faults is answered EFAULT and counts as taken,
 // as Linux consumes a message whose copy-out fails.
 func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
-	if r.gone.Load() || !r.replied.CompareAndSwap(false, true) {
+	if r.gone.Load() || !r.startAnswer() {
 		return false
 	}
+	defer r.answering.Unlock()
 	g := r.g
 	g.syncEventsLocked()
 	if r.gone.Load() {
