@@ -143,7 +143,7 @@ func TestIdentify(t *testing.T) {
 	}
 }
 
-func buildC(t *testing.T, src string) string {
+func buildC(t testing.TB, src string) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found")
