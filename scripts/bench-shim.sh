@@ -27,6 +27,14 @@ echo undo=\$(ipct semloop 1 $N undo)
 t0=\$(ipct now)
 ipct semloop 1 $N >/dev/null & ipct semloop 1 $N >/dev/null & wait
 echo two=\$(( (\$(ipct now) - t0) / 1000000 ))
+# K processes, each on a private set of its own: wall time for N pairs each.
+for k in 1 2 4; do
+  t0=\$(ipct now)
+  i=0; while [ \$i -lt \$k ]; do ipct semlooppriv $((N*2)) >/dev/null & i=\$((i+1)); done; wait
+  echo k\$k=\$(( (\$(ipct now) - t0) / 1000 ))
+done
+echo getppid=\$(ipct sysloop getppid $((N*20)))
+echo write=\$(ipct sysloop write $((N*20)))
 if ipct msgget 2 create >/dev/null 2>&1; then
   timeout 120 ipct pingpong 2 $((N/4)) pong & echo ping=\$(timeout 120 ipct pingpong 2 $((N/4)) ping); wait
 else echo ping=ENOSYS; fi
@@ -59,4 +67,10 @@ echo "| 2 processes lock/unlock, N pairs each | ${R[$r.two]} ms | ${R[$i.two]} m
 echo "| msgsnd/msgrcv ping-pong, 8 bytes, per round trip | ${R[$r.ping]} ns | ${R[$i.ping]} ns | $(ratio ${R[$r.ping]} ${R[$i.ping]}) |"
 echo "| stress-ng --sem-sysv 2, ${SNG_T}s, bogo ops/s | ${R[$r.sng]} | ${R[$i.sng]} | $(ratio ${R[$i.sng]} ${R[$r.sng]}) slower |"
 echo "| stress-ng --msg 2, ${SNG_T}s, bogo ops/s | ${R[$r.sngmsg]} | ${R[$i.sngmsg]} | $(ratio ${R[$i.sngmsg]} ${R[$r.sngmsg]}) slower |"
+gain() { awk -v a="$1" -v b="$2" -v k="$3" 'BEGIN{ if (a+0>0 && b+0>0) printf "%.2fx", k*a/b; else print "-" }'; }
+echo "| K processes on their own sets, throughput gain 1 → 2 | $(gain ${R[$r.k1]} ${R[$r.k2]} 2) | $(gain ${R[$i.k1]} ${R[$i.k2]} 2) | |"
+echo "| same, 1 → 4 | $(gain ${R[$r.k1]} ${R[$r.k4]} 4) | $(gain ${R[$i.k1]} ${R[$i.k4]} 4) | |"
+diff_ns() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a!="" && b!="") printf "%+d ns", b-a; else print "-" }'; }
+echo "| getppid loop (not trapped), per call | ${R[$r.getppid]} ns | ${R[$i.getppid]} ns | $(diff_ns ${R[$r.getppid]} ${R[$i.getppid]}) |"
+echo "| write(2) to /dev/null loop (not trapped), per call | ${R[$r.write]} ns | ${R[$i.write]} ns | $(diff_ns ${R[$r.write]} ${R[$i.write]}) |"
 echo "| container start (ctr run --rm true, median of $STARTS) | ${R[$r.start]} ms | ${R[$i.start]} ms | $(ratio ${R[$r.start]} ${R[$i.start]}) |"

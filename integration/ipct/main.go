@@ -344,6 +344,51 @@ func main() {
 			}
 		}
 		fmt.Println(time.Since(t0).Nanoseconds() / int64(n))
+	case "semlooppriv":
+		// semlooppriv N: semloop on a private set of its own (value 1),
+		// removed afterwards; prints the mean time of one pair in ns.
+		need(1)
+		n := int(num(a[0]))
+		id, err := semget(0, 1, 0o600)
+		if err != nil {
+			die(err)
+		}
+		if _, err := semctl(id, 0, setVal, 1); err != nil {
+			die(err)
+		}
+		down, up := []sembuf{{0, -1, 0}}, []sembuf{{0, 1, 0}}
+		sys6 = unix.RawSyscall6
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			if err := semop(id, down); err != nil {
+				die(err)
+			}
+			if err := semop(id, up); err != nil {
+				die(err)
+			}
+		}
+		el := time.Since(t0)
+		_, _ = semctl(id, 0, ipcRmid, 0)
+		fmt.Println(el.Nanoseconds() / int64(n))
+	case "sysloop":
+		// sysloop getppid|write N: N raw calls that the shim does not
+		// trap (write: one byte to /dev/null); prints ns per call.
+		need(2)
+		n := int(num(a[1]))
+		fd, err := unix.Open("/dev/null", unix.O_WRONLY, 0)
+		if err != nil {
+			die(err)
+		}
+		b := []byte{0}
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			if a[0] == "write" {
+				unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1)
+			} else {
+				unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0)
+			}
+		}
+		fmt.Println(time.Since(t0).Nanoseconds() / int64(n))
 	case "pingpong":
 		// pingpong KEY N ping|pong: N round trips of an 8-byte message
 		// (type 1 one way, type 2 back); ping prints ns per round trip.

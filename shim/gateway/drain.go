@@ -43,6 +43,9 @@ func (r *Request) Observe(f func()) {
 // gone: after it, the engines show the namespace's sleepers as the
 // kernel's queues would. For host-side queries too.
 func (g *Gateway) Quiesce(ino uint64) {
+	if !g.ready() {
+		return // nothing was served yet
+	}
 	deadline := time.Now().Add(drainLimit)
 	g.tmu.Lock()
 	var lss []*listener

@@ -81,9 +81,14 @@ type ListenerOptions struct {
 
 // Gateway serves listener fds with one Handler.
 type Gateway struct {
-	h   Handler
-	tr  *tasktrace.Tracer
-	ctx context.Context
+	h Handler
+	// tr is set, or trErr, before trReady is closed: loading the kernel's
+	// BTF and the programs takes ~150-200 ms of CPU, which New does not
+	// make a container's start wait for (Ready).
+	tr      *tasktrace.Tracer
+	trErr   error
+	trReady chan struct{}
+	ctx     context.Context
 
 	// SyncWakeUp asks for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on each
 	// listener (default true; ignored where the kernel lacks it).
@@ -134,25 +139,53 @@ func New(ctx context.Context, h Handler) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr, err := tasktrace.New()
-	if err != nil {
-		return nil, fmt.Errorf("gateway: kernel task events: %w", err)
-	}
 	root := ipcns.NewPidNamespace(nil, ino)
-	g := &Gateway{h: h, tr: tr, ctx: ctx, SyncWakeUp: true,
+	g := &Gateway{h: h, trReady: make(chan struct{}), ctx: ctx, SyncWakeUp: true,
 		Defaults: ListenerOptions{NSFixed: true, IDsFixed: false},
 		tasks:    map[int]*Task{}, procs: map[int]*process{}, pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
 		watched: map[uint64]bool{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{})}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		g.eventLoop(ctx)
+		g.tr, g.trErr = tasktrace.New()
+		if g.trErr != nil {
+			g.trErr = fmt.Errorf("gateway: kernel task events: %w", g.trErr)
+		}
+		close(g.trReady)
+		if g.trErr == nil {
+			g.eventLoop(ctx)
+		}
 	}()
 	context.AfterFunc(ctx, func() {
 		g.wg.Wait()
-		tr.Close()
+		if g.tr != nil {
+			g.tr.Close()
+		}
 	})
 	return g, nil
+}
+
+// Ready waits until the kernel's task events are followed (New starts
+// that in the background) and reports whether they could be. Nothing is
+// served before: run no code of a container before Ready returns nil
+// (the shim waits in Start), or a signal it takes before could be missed.
+func (g *Gateway) Ready(ctx context.Context) error {
+	select {
+	case <-g.trReady:
+		return g.trErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ready reports whether the tracer is loaded (see Ready).
+func (g *Gateway) ready() bool {
+	select {
+	case <-g.trReady:
+		return g.trErr == nil
+	default:
+		return false
+	}
 }
 
 func (g *Gateway) logf(format string, args ...any) {
@@ -164,7 +197,11 @@ func (g *Gateway) logf(format string, args ...any) {
 // SyncEvents applies everything the kernel has reported so far (exits,
 // signals) before it returns: call it before answering a host-side query,
 // so that it sees what the kernel's IPC would show.
-func (g *Gateway) SyncEvents() { g.syncEvents() }
+func (g *Gateway) SyncEvents() {
+	if g.ready() {
+		g.syncEvents()
+	}
+}
 
 // listener is a listener fd being served, with its options.
 type listener struct {
@@ -192,6 +229,9 @@ func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
 // RECV cannot be interrupted: a cancelled ctx ends the loop at the next
 // notification or when the filter's users are gone.
 func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, opts ListenerOptions) error {
+	if err := g.Ready(ctx); err != nil {
+		return err
+	}
 	if opts.IPCNS != 0 {
 		if err := g.watch(opts.IPCNS); err != nil {
 			return err

@@ -321,6 +321,9 @@ func (g *Gateway) Unwatch(ino uint64) {
 		return
 	}
 	delete(g.watched, ino)
+	if !g.ready() {
+		return
+	}
 	if err := g.tr.Unwatch(ino); err != nil {
 		g.logf("gateway: unwatch IPC namespace %d: %v", ino, err)
 	}

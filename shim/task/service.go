@@ -253,6 +253,20 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	return resp, err
 }
 
+// Start starts a created container, or an exec'd process, once the
+// gateway follows the kernel's task events (gateway.Ready): the shim
+// loads them in the background while runc creates the first container,
+// and no code of a trapped container may run before, or a signal it
+// takes could go unseen.
+func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	if _, trapped := s.nsFixed.Load(r.ID); trapped {
+		if err := s.gw.Ready(ctx); err != nil {
+			return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w", err))
+		}
+	}
+	return s.TTRPCTaskService.Start(ctx, r)
+}
+
 // nsChanges says in words how the gateway learns of a thread changing
 // IPC namespace (spec.Plan.NSFixed).
 func nsChanges(p *spec.Plan) string {
