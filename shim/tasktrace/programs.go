@@ -56,11 +56,8 @@ type kernelLayout struct {
 	exitHasGroupDead bool
 }
 
-func loadLayout() (*kernelLayout, error) {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil, fmt.Errorf("kernel BTF: %w", err)
-	}
+func loadLayout(spec *btf.Spec) (*kernelLayout, error) {
+	var err error
 	var l kernelLayout
 	for _, f := range []struct {
 		dst  *uint32

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
@@ -121,7 +122,15 @@ const ringSize = 1 << 20
 // CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with BTF (Linux 5.11+ with
 // CONFIG_DEBUG_INFO_BTF); it only runs on x86_64.
 func New() (*Tracer, error) {
-	l, err := loadLayout()
+	// One parse of the kernel's BTF (~5 MB, ~35 ms) serves the layout
+	// and every program's attach target: loaded one by one, each
+	// program would parse it again.
+	cache := btf.NewCache()
+	kspec, err := cache.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("kernel BTF: %w", err)
+	}
+	l, err := loadLayout(kspec)
 	if err != nil {
 		return nil, err
 	}
@@ -146,15 +155,25 @@ func New() (*Tracer, error) {
 	if t.ring, err = openRing(t.events.FD(), ringSize); err != nil {
 		return fail(err)
 	}
-	for _, spec := range []*ebpf.ProgramSpec{
+	specs := []*ebpf.ProgramSpec{
 		deliverProgram(l, t.watched, t.events, t.lost),
 		generateProgram(l, t.watched, t.events, t.lost),
 		exitProgram(l, t.watched, t.events, t.lost),
 		execProgram(l, t.watched, t.events, t.lost),
-	} {
-		p, err := ebpf.NewProgram(spec)
-		if err != nil {
-			return fail(fmt.Errorf("load %s: %w", spec.Name, err))
+	}
+	cs := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
+	for _, spec := range specs {
+		cs.Programs[spec.Name] = spec
+	}
+	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{Cache: cache})
+	if err != nil {
+		return fail(fmt.Errorf("load programs: %w", err))
+	}
+	defer coll.Close() // programs taken out below are not closed by it
+	for _, spec := range specs {
+		p := coll.DetachProgram(spec.Name)
+		if p == nil {
+			return fail(fmt.Errorf("load %s: not in the collection", spec.Name))
 		}
 		t.progs = append(t.progs, p)
 		lk, err := link.AttachTracing(link.TracingOptions{Program: p})
