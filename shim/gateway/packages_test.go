@@ -65,7 +65,8 @@ func TestStressNG(t *testing.T) {
 			}
 			// serve fails the test on a non-zero exit; stress-ng
 			// reports to stderr, which serve passes through.
-			tout := serve(t, gateway.NewEngines(), argv...)
+			tout, g := serveWith(t, gateway.NewEngines(), nil, argv...)
+			logStats(t, g)
 			if strings.Contains(string(tout), "fail") {
 				t.Fatalf("stress-ng: %s", tout)
 			}
