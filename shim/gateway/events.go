@@ -81,11 +81,14 @@ func (g *Gateway) syncEvents() {
 	g.drainLocked()
 	acts := g.actions
 	g.actions = nil
-	g.queued.Store(0)
 	g.evMu.Unlock()
 	for _, a := range acts {
 		a()
 	}
+	// Only now: a caller that finds nothing pending must find the
+	// actions done, not merely taken by another syncEvents (an exit's
+	// SEM_UNDO seen undone by the parent's next call otherwise).
+	g.queued.Add(-int64(len(acts)))
 }
 
 // syncEventsLocked applies every event recorded so far without running
@@ -115,7 +118,7 @@ func (g *Gateway) drainLocked() {
 // queue adds an action for the next syncEvents. evMu is held.
 func (g *Gateway) queue(a func()) {
 	g.actions = append(g.actions, a)
-	g.queued.Store(int64(len(g.actions)))
+	g.queued.Add(1)
 }
 
 // eventLoop applies events as they come, so that a sleeper's signal or a

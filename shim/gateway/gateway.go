@@ -122,7 +122,8 @@ type Gateway struct {
 	intrs    map[int]*interruption // interruptions of threads not (yet) known, by tid
 	lostSeen uint64
 	drained  chan struct{} // closed and replaced after each drain that applied events
-	// seqNow is seq, for readers without evMu; queued is len(actions).
+	// seqNow is seq, for readers without evMu; queued counts the
+	// actions queued and not yet run to completion.
 	seqNow atomic.Uint64
 	queued atomic.Int64
 

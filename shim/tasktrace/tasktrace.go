@@ -236,7 +236,9 @@ func (t *Tracer) Lost() uint64 {
 }
 
 // Drain calls f for every event recorded so far, in the order the kernel
-// recorded them, and returns how many it read. A record the kernel is
+// recorded them, and returns how many it read. Each event is consumed
+// only after f returns, so a reader that finds nothing Pending knows that
+// every event recorded before was applied. A record the kernel is
 // still writing (a program running on another CPU right now) is waited
 // for: programs do not sleep. Drain must not run concurrently with itself
 // or Wait.
@@ -244,7 +246,9 @@ func (t *Tracer) Drain(f func(*Event)) int {
 	n := 0
 	var ev Event
 	for {
-		ok, err := t.ring.next(func(rec []byte) { decode(rec, &ev) })
+		// f runs before the record is consumed: Pending stays true
+		// until every event it reports has been applied.
+		ok, err := t.ring.next(func(rec []byte) { decode(rec, &ev); f(&ev) })
 		if err == errBusy {
 			continue
 		}
@@ -252,7 +256,6 @@ func (t *Tracer) Drain(f func(*Event)) int {
 			return n
 		}
 		n++
-		f(&ev)
 	}
 }
 
