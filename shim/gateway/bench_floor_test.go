@@ -53,8 +53,11 @@ func serveFloorWith(tb testing.TB, receivers int, syncWake bool, argv ...string)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			var n seccompnotify.Notif
-			for !l.Hungup() {
+			for {
 				if err := l.Recv(&n); err != nil {
+					if l.Hungup() {
+						return
+					}
 					continue
 				}
 				_ = l.Reply(n.ID, 0, 0)
