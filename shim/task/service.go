@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
@@ -260,9 +261,11 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 // takes could go unseen.
 func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
 	if _, trapped := s.nsFixed.Load(r.ID); trapped {
+		t := time.Now()
 		if err := s.gw.Ready(ctx); err != nil {
 			return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w", err))
 		}
+		log.G(ctx).WithField("container", r.ID).Debugf("kernel task events ready after a wait of %v", time.Since(t))
 	}
 	return s.TTRPCTaskService.Start(ctx, r)
 }
