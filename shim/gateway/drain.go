@@ -59,7 +59,19 @@ func (g *Gateway) Quiesce(ino uint64) {
 		}
 	}
 	g.syncEvents()
-	g.sweep(ino)
+	g.sweep(ino, false)
+}
+
+// Frozen tells the gateway that tasks it serves were frozen (a container
+// paused): the freezer cancels the notifications of sleepers without a
+// signal, and natively a frozen sleeper has left its queue, so every
+// sleeper's notification is probed.
+func (g *Gateway) Frozen() {
+	if !g.ready() {
+		return
+	}
+	g.syncEvents()
+	g.sweep(0, true)
 }
 
 // drain waits until nothing is pending on ls that was trapped before the
@@ -111,19 +123,28 @@ func (ls *listener) inFlight() bool {
 	return false
 }
 
-// sweep takes off their queues the sleepers of IPC namespace ino whose
-// notification is gone with no report (their thread stopped with its
-// group, was frozen, or was woken for a signal another thread took):
-// natively they left the queue when the signal woke them.
-func (g *Gateway) sweep(ino uint64) {
+// sweep takes off their queues the sleepers of IPC namespace ino (every
+// namespace if ino is 0) whose notification is gone with no report (their
+// thread stopped with its group, or was woken for a signal another thread
+// took; or was frozen, if all): natively they left the queue when the
+// signal woke them.
+//
+// Only a signal can do that, so only the sleepers of processes that had
+// one queued since their call was received, or one not yet taken, are
+// probed (ID_VALID) unless all is set: a probe walks the filter's list
+// of pending notifications under its lock, and probing every one of N
+// sleepers at every observation cost O(N²) (10,000 sleepers: seconds of
+// CPU per GETNCNT). A freeze (cgroup freezer) cancels notifications
+// without a signal: Frozen sweeps with all set.
+func (g *Gateway) sweep(ino uint64, all bool) {
 	var sleeping []*Request
 	g.tmu.Lock()
 	for _, t := range g.tasks {
-		if t.IPCNS != ino {
+		if ino != 0 && t.IPCNS != ino {
 			continue
 		}
 		t.mu.Lock()
-		if c := t.call; c != nil && c.wait != nil {
+		if c := t.call; c != nil && c.wait != nil && (all || t.proc.mayBeSignalled(c.recvSeq)) {
 			sleeping = append(sleeping, c)
 		}
 		t.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	runctask "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
+	ptypes "github.com/containerd/containerd/v2/pkg/protobuf/types"
 	"github.com/containerd/containerd/v2/pkg/shim"
 	"github.com/containerd/containerd/v2/pkg/shutdown"
 	"github.com/containerd/errdefs"
@@ -268,6 +269,18 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		log.G(ctx).WithField("container", r.ID).Debugf("kernel task events ready after a wait of %v", time.Since(t))
 	}
 	return s.TTRPCTaskService.Start(ctx, r)
+}
+
+// Pause freezes a container (runc pause) and then has the gateway take
+// its sleepers off their queues: the freezer ends their trapped calls
+// without a signal the gateway could see, and natively a frozen sleeper
+// is not counted (GETNCNT, /proc/sysvipc). Resumed, they call again.
+func (s *Service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
+	resp, err := s.TTRPCTaskService.Pause(ctx, r)
+	if err == nil {
+		s.gw.Frozen()
+	}
+	return resp, err
 }
 
 // nsChanges says in words how the gateway learns of a thread changing
