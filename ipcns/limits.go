@@ -78,6 +78,7 @@ type Namespace struct {
 	// Name identifies the namespace in logs and host tools.
 	Name   string
 	limits atomic.Pointer[Limits]
+	charge charge // account.go
 }
 
 // NewNamespace returns a namespace with the given limits.

@@ -125,6 +125,9 @@ type GetOps[P any] struct {
 	// Check runs on an existing object found by key, before the permission
 	// check (sem_more_checks). It may be nil.
 	Check func(P) error
+	// Discard is called for an object New made that got no id (the
+	// namespace is full: ENOSPC), to undo New's accounting. It may be nil.
+	Discard func(P)
 }
 
 // Get is the kernel's ipcget: with IPC_PRIVATE it always creates; else it
@@ -161,6 +164,9 @@ func (r *Registry[T, P]) Get(c *Creds, key int32, flg int, limit int, ops GetOps
 		return 0, err
 	}
 	if err := r.addLocked(p, perm, limit); err != nil {
+		if ops.Discard != nil {
+			ops.Discard(p)
+		}
 		return 0, err
 	}
 	if ops.Added != nil {

@@ -173,6 +173,7 @@ func (e *Engine) Remove(c *ipcns.Caller, msqid int32) error {
 		}
 	}
 	e.ids.Remove(q)
+	e.ns.Uncharge(q.qnum.Load()*msgBase + q.cbytes.Load())
 	q.msgs.clear()
 	q.qnum.Store(0)
 	q.cbytes.Store(0)

@@ -150,6 +150,7 @@ func (q *Queue) takeLocked(c *ipcns.Caller, op *RcvOp, mode int, typ int64) (Mes
 	q.msgs.popHead(t)
 	q.qnum.Add(-1)
 	q.cbytes.Add(-m.size)
+	q.e.ns.Uncharge(msgBytes(m.size))
 	q.rtime = now()
 	ipcns.StorePid(&q.lrpid, c.Pid)
 	if q.reserved > q.baselineLocked() {

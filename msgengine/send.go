@@ -50,6 +50,20 @@ func (e *Engine) StartSend(c *ipcns.Caller, op *SndOp) (*Wait, error) {
 	if err := e.CheckSend(op.MsqID, op.Type, size); err != nil {
 		return nil, err
 	}
+	// load_msg: the message is allocated, and charged to the sender's
+	// pod, before the queue is looked up (ENOMEM first). The charge
+	// goes with the message into the queue, or is given back.
+	if e.ns.Charge(msgBytes(size)) != nil {
+		return nil, unix.ENOMEM
+	}
+	w, err := e.startSend(c, op, size)
+	if w == nil && (err != nil || !op.stored) {
+		e.ns.Uncharge(msgBytes(size))
+	}
+	return w, err
+}
+
+func (e *Engine) startSend(c *ipcns.Caller, op *SndOp, size int64) (*Wait, error) {
 	q, err := e.ids.Lookup(op.MsqID)
 	if err != nil {
 		return nil, err
@@ -66,7 +80,7 @@ func (e *Engine) StartSend(c *ipcns.Caller, op *SndOp) (*Wait, error) {
 		if op.Commit != nil && !op.Commit() {
 			return nil, ErrNotDelivered
 		}
-		q.sendLocked(c.Pid, op.Type, op.Data)
+		op.stored = q.sendLocked(c.Pid, op.Type, op.Data)
 		return nil, nil
 	}
 	if op.Flags&IPCNoWait != 0 {
@@ -75,23 +89,28 @@ func (e *Engine) StartSend(c *ipcns.Caller, op *SndOp) (*Wait, error) {
 	if op.NoSleep {
 		return nil, ErrWouldSleep
 	}
-	// ss_add: sleep at the tail of the senders.
-	w := &waiter{caller: c, mtype: op.Type, data: op.Data, sCommit: op.Commit, sDone: op.Done, signalled: op.Signalled}
+	// ss_add: sleep at the tail of the senders, holding the message's
+	// charge until it is stored or the sleep ends without it.
+	w := &waiter{caller: c, mtype: op.Type, data: op.Data, sCommit: op.Commit, sDone: op.Done, signalled: op.Signalled, charge: msgBytes(size), ns: e.ns}
 	return q.sleep(w, &q.senders), nil
 }
 
 // sendLocked stores a message that fits: the sender becomes msg_lspid,
 // and the message goes to the first waiting receiver that takes it or to
 // the tail of the queue (do_msgsnd after its loop).
-func (q *Queue) sendLocked(pid *ipcns.Pid, mtype int64, data []byte) {
+//
+// It reports whether the message was stored in the queue (its charge
+// stays with it) rather than handed to a receiver.
+func (q *Queue) sendLocked(pid *ipcns.Pid, mtype int64, data []byte) bool {
 	ipcns.StorePid(&q.lspid, pid)
 	q.stime = now()
 	if q.pipelinedSendLocked(mtype, data) {
-		return
+		return false
 	}
 	q.msgs.push(mtype, data)
 	q.qnum.Add(1)
 	q.cbytes.Add(int64(len(data)))
+	return true
 }
 
 // pipelinedSendLocked hands the message to the first waiting receiver
@@ -178,7 +197,9 @@ func (q *Queue) wakeSendersLocked() {
 				w.finish(statusUndelivered)
 				break
 			}
-			q.sendLocked(w.caller.Pid, w.mtype, w.data)
+			if q.sendLocked(w.caller.Pid, w.mtype, w.data) {
+				w.charge = 0 // the stored message holds it now
+			}
 			w.finish(0)
 		default:
 			q.senders.PushBack(w)

@@ -77,6 +77,10 @@ type SndOp struct {
 	// NoSleep makes StartSend fail with ErrWouldSleep, doing nothing,
 	// where the sender would have to sleep.
 	NoSleep bool
+
+	// stored: the message was sent at once into the queue (not handed
+	// to a receiver), which now holds its charge.
+	stored bool
 }
 
 // RcvOp is one msgrcv call.

@@ -34,6 +34,11 @@ type waiter struct {
 	data    []byte
 	sCommit func() bool
 	sDone   func(error)
+	// charge is the sender's message's charge while the sender holds
+	// it (ipcns.Account): given back when the sleep ends without
+	// storing the message.
+	charge int64
+	ns     *ipcns.Namespace
 
 	// A receiver's selector (r_mode, r_msgtype), r_maxsize, its msgsz,
 	// Commit, Done and, once done, the message.
@@ -56,10 +61,19 @@ type waiter struct {
 // already off its list. The caller holds the queue's lock.
 func (w *waiter) finish(status int) {
 	w.status = status
+	w.release()
 	if w.rDone != nil {
 		w.rDone(w.got, w.err())
 	} else {
 		w.sDone(w.err())
+	}
+}
+
+// release gives back a sender's message charge it still holds.
+func (w *waiter) release() {
+	if w.charge != 0 {
+		w.ns.Uncharge(w.charge)
+		w.charge = 0
 	}
 }
 
@@ -101,6 +115,7 @@ func (wt *Wait) Cancel() bool {
 	}
 	wt.list.Remove(wt.w)
 	wt.w.status = statusCancelled
+	wt.w.release()
 	return true
 }
 

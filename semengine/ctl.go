@@ -275,7 +275,11 @@ func (e *Engine) Remove(c *ipcns.Caller, semid int32) error {
 	if s.Deleted() {
 		return unix.EIDRM
 	}
-	s.undos.Each(func(un *undo.Entry) { un.Detach(&s.undos) })
+	s.undos.Each(func(un *undo.Entry) {
+		if un.Detach(&s.undos) {
+			e.ns.Uncharge(undoBytes(len(un.Adj)))
+		}
+	})
 	fail := func(q *queue) {
 		for w := q.front(); w != nil; {
 			next := w.Next()
@@ -293,6 +297,7 @@ func (e *Engine) Remove(c *ipcns.Caller, semid int32) error {
 	}
 	e.ids.Remove(s)
 	e.usedSems.Add(-int64(len(s.sems)))
+	e.ns.Uncharge(setBytes(len(s.sems)))
 	return nil
 }
 

@@ -50,9 +50,15 @@ func (e *Engine) Semget(c *ipcns.Caller, key int32, nsems int, flg int) (int32, 
 			if e.usedSems.Load()+int64(nsems) > int64(lim.SemMNS) {
 				return nil, unix.ENOSPC
 			}
+			// newary's allocation, charged to the caller's pod
+			// (ENOMEM where the allocation fails).
+			if e.ns.Charge(setBytes(nsems)) != nil {
+				return nil, unix.ENOMEM
+			}
 			return &Set{sems: make([]sem, nsems), ctime: now()}, nil
 		},
-		Added: func(s *Set) { e.usedSems.Add(int64(len(s.sems))) },
+		Added:   func(s *Set) { e.usedSems.Add(int64(len(s.sems))) },
+		Discard: func(s *Set) { e.ns.Uncharge(setBytes(len(s.sems))) },
 		Check: func(s *Set) error {
 			if nsems > len(s.sems) {
 				return unix.EINVAL
@@ -83,9 +89,19 @@ func (e *Engine) attachUndo(c *ipcns.Caller, s *Set) (*undo.Entry, error) {
 	if s.Deleted() {
 		return nil, unix.EIDRM
 	}
+	// Entries for s are made only under s's whole-set lock: found now,
+	// it was made by another thread of the process meanwhile.
+	if un := l.Find(s); un != nil {
+		return un, nil
+	}
+	// find_alloc_undo's allocation, charged to the caller's pod.
+	if e.ns.Charge(undoBytes(len(s.sems))) != nil {
+		return nil, unix.ENOMEM
+	}
 	un := l.Attach(s, len(s.sems), &s.undos)
 	if un == nil {
 		// The process has exited; Linux cannot get here.
+		e.ns.Uncharge(undoBytes(len(s.sems)))
 		return nil, unix.EIDRM
 	}
 	return un, nil
@@ -105,6 +121,7 @@ func (e *Engine) Exit(p *ipcns.Pid) {
 		s := un.Set().(*Set)
 		s.lockAll()
 		if !s.Deleted() && un.Detach(&s.undos) {
+			e.ns.Uncharge(undoBytes(len(un.Adj)))
 			for i, adj := range un.Adj {
 				if adj == 0 {
 					continue
