@@ -3,8 +3,10 @@
 # at the version the shim is linked against (go.mod), into build/containerd/.
 # CGO_ENABLED=0: no btrfs/devmapper, which the tests do not need.
 # About 3.5 minutes cold on 2 cores; seconds once the Go build cache has it.
+# Quiet: output in build/log/build-containerd.log, named when it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 export PATH=/usr/local/go/bin:$PATH
 ver=$(go list -m -f '{{.Version}}' github.com/containerd/containerd/v2 2>/dev/null || true)
 ver=${CONTAINERD_VERSION:-${ver:-v2.3.7}}
@@ -15,9 +17,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$ver" ] && [ -x "$dest/containerd" 
 fi
 mkdir -p "$dest"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$ver" ] || [ ! -x "$dest/containerd" ]; then
-echo "build-containerd: building containerd $ver into $dest" >&2
+echo "build-containerd: building containerd $ver into $dest (~3.5 min cold on 2 cores; log $LOGDIR/build-containerd.log)" >&2
 # Outside the module so that go install resolves containerd's own go.mod.
-(cd / && CGO_ENABLED=0 GOBIN="$dest" GOFLAGS=-buildvcs=false go install \
+(cd / && CGO_ENABLED=0 GOBIN="$dest" GOFLAGS=-buildvcs=false quiet build-containerd go install \
   github.com/containerd/containerd/v2/cmd/containerd@"$ver" \
   github.com/containerd/containerd/v2/cmd/ctr@"$ver" \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@"$ver")
@@ -25,6 +27,6 @@ echo "$ver" >"$stamp"
 fi
 # crictl, for the CRI (Kubernetes RuntimeClass) integration test.
 if [ ! -x "$dest/crictl" ]; then
-  (cd / && CGO_ENABLED=0 GOBIN="$dest" GOFLAGS=-buildvcs=false go install sigs.k8s.io/cri-tools/cmd/crictl@"${CRICTL_VERSION:-v1.37.0}") ||
-    echo "build-containerd: crictl not built; the CRI test will skip" >&2
+  (cd / && CGO_ENABLED=0 GOBIN="$dest" GOFLAGS=-buildvcs=false quiet build-crictl go install sigs.k8s.io/cri-tools/cmd/crictl@"${CRICTL_VERSION:-v1.37.0}") ||
+    echo "build-containerd: crictl not built (log $LOGDIR/build-crictl.log); the CRI test will skip" >&2
 fi
