@@ -31,9 +31,11 @@ bench:
 deps:
 	@scripts/install-deps.sh
 
-# The shim binary containerd runs for runtime type io.containerd.ipc.v2.
+# The shim binary containerd runs for runtime type io.containerd.ipc.v2;
+# `containerd-shim-ipc-v2 -v` prints SHIM_VERSION and the containerd it links.
+SHIM_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 shim:
-	$(GO) build -o build/bin/containerd-shim-ipc-v2 ./cmd/containerd-shim-ipc-v2
+	$(GO) build -ldflags "-X main.version=$(SHIM_VERSION)" -o build/bin/containerd-shim-ipc-v2 ./cmd/containerd-shim-ipc-v2
 
 # The host tool: pods' IPC objects, waiters, undo entries, metrics.
 ipcctl:

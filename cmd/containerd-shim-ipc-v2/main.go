@@ -2,10 +2,16 @@
 // io.containerd.ipc.v2: containerd's runc shim whose containers get System
 // V semaphores and message queues served by the shim's engines through
 // seccomp user notification.
+//
+// -v (or -version) prints the shim's own version and the containerd module
+// it links, instead of containerd's shim's version line.
 package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"runtime/debug"
 
 	"github.com/containerd/containerd/v2/pkg/shim"
 
@@ -13,6 +19,11 @@ import (
 )
 
 func main() {
+	if versionArg(os.Args[1:]) {
+		bi, ok := debug.ReadBuildInfo()
+		printVersion(os.Stdout, filepath.Base(os.Args[0]), bi, ok)
+		return
+	}
 	task.Register()
 	shim.RunShim(context.Background(), task.NewManager())
 }
