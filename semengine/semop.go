@@ -177,6 +177,12 @@ func (e *Engine) Start(c *ipcns.Caller, op *Op) (*Wait, error) {
 		s.unlock(locknum)
 		return nil, unix.Errno(r)
 	}
+	if t := op.Timeout; t != nil && t.Sec == 0 && t.Nsec == 0 {
+		// A zero timeout expires as the sleep begins: EAGAIN, with no
+		// waiter left for anyone to see.
+		s.unlock(locknum)
+		return nil, unix.EAGAIN
+	}
 	if op.NoSleep {
 		s.unlock(locknum)
 		return nil, ErrWouldSleep
