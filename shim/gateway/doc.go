@@ -43,7 +43,11 @@ package gateway
 // handler, its restarted call, its parent's wait(2), a pipe it closes. A
 // process that observes one of these and then makes a call traps after
 // the record was committed, and the receiver applies every record before
-// it serves a call. So:
+// it serves a call. "Applies" includes the actions a record calls for:
+// a record is consumed from the ring only after it was applied, and the
+// count of queued actions drops only once they have run, so a receiver
+// that finds both empty knows the work is done, not merely taken by the
+// event loop (Gateway.syncEvents). So:
 //
 //   - Exits are causal. A process's SEM_UNDO adjustments (Handler.Exit)
 //     and its threads' departure from every queue take effect before any
@@ -82,7 +86,11 @@ package gateway
 // previous call was neither answered nor reported interrupted means that
 // one vanished with no signal taken by the thread (a group stop begun by
 // another thread, a freezer, a wakeup for a signal another thread took):
-// it is cancelled and treated as interrupted with no handler.
+// it is cancelled and treated as interrupted with no handler. The
+// previous call may also have been answered by another goroutine that has
+// not yet recorded it (the task can run and call again first): the
+// receiver waits for that answer's outcome (Request.settle) before it
+// judges.
 //
 // # Exact answers (Request.commit, commitWrite, await)
 //
@@ -107,6 +115,13 @@ package gateway
 // yet is a sleeper too: commands that count, wake or fail sleepers
 // (GETNCNT, GETZCNT, SETVAL, SETALL, IPC_RMID, msgctl IPC_SET) run once
 // everything pending on the namespace's listeners has been dispatched.
+// Sleepers whose notification a signal cancelled unseen (a wakeup for a
+// signal another thread took, a group stop) are then taken off their
+// queues: only those of processes with a signal in flight are probed
+// with ID_VALID, since each probe walks the filter's pending list (all of
+// them were probed before: O(N²), seconds per GETNCNT at 10,000
+// sleepers). A freeze cancels notifications with no signal: the shim's
+// Pause probes every sleeper once (Gateway.Frozen).
 //
 // # What is not exact, and why (the kernel's interface)
 //
@@ -125,6 +140,9 @@ package gateway
 //   - A stop begun by another thread of a multi-threaded process, or a
 //     freezer, that interrupts a call before it is read leaves no report:
 //     the restart is served as a new call.
+//   - A container frozen other than through the shim's Pause (a write to
+//     its freezer cgroup by hand) keeps its sleepers counted until they
+//     are thawed or the next observer probes them.
 //   - A reply in doubt whose thread never takes a signal (another thread
 //     took it) is taken as delivered after awaitLimit (Stats.Unsettled).
 //
