@@ -201,25 +201,76 @@ func TestCompatRefused(t *testing.T) {
 	}
 }
 
-// diff reports the lines where native and trapped differ.
+// diff fails the test with the first case whose output differs natively
+// and trapped, by name: a case is a line that does not start with a blank
+// (its name) and the indented lines after it. One late or extra line
+// shows as one differing case, not a cascade of differing lines; the names
+// of the other differing cases follow.
 func diff(t *testing.T, native, trapped []byte) {
 	t.Helper()
 	if bytes.Equal(native, trapped) {
 		return
 	}
-	nl, tl := strings.Split(string(native), "\n"), strings.Split(string(trapped), "\n")
-	for i := 0; i < max(len(nl), len(tl)); i++ {
-		var a, b string
-		if i < len(nl) {
-			a = nl[i]
-		}
-		if i < len(tl) {
-			b = tl[i]
-		}
-		if a != b {
-			t.Errorf("line %d:\n native  %s\n trapped %s", i+1, a, b)
-		}
+	if msg := firstDiff(string(native), string(trapped)); msg != "" {
+		t.Error(msg)
 	}
+}
+
+// testCase is one case of a differential program's output.
+type testCase struct {
+	name string // the case's first line
+	text string // all its lines
+}
+
+// splitCases splits out into cases (see diff).
+func splitCases(out string) []testCase {
+	var cs []testCase
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if l == "" {
+			continue
+		}
+		if len(cs) == 0 || (l[0] != ' ' && l[0] != '\t') {
+			cs = append(cs, testCase{name: strings.TrimRight(l, "\n")})
+		}
+		cs[len(cs)-1].text += l
+	}
+	return cs
+}
+
+// firstDiff describes the first case that differs between native and
+// trapped, by name, and names the later ones; "" when they are equal.
+func firstDiff(native, trapped string) string {
+	nc, tc := splitCases(native), splitCases(trapped)
+	var first string
+	var others []string
+	for i := 0; i < max(len(nc), len(tc)); i++ {
+		var a, b testCase
+		if i < len(nc) {
+			a = nc[i]
+		}
+		if i < len(tc) {
+			b = tc[i]
+		}
+		if a == b {
+			continue
+		}
+		name := a.name
+		if name == "" {
+			name = b.name
+		}
+		if first == "" {
+			first = fmt.Sprintf("case %d %q differs:\n--- native\n%s--- trapped\n%s", i+1, name, a.text, b.text)
+			continue
+		}
+		others = append(others, fmt.Sprintf("%q", name))
+	}
+	if first == "" {
+		return ""
+	}
+	if len(others) > 0 {
+		first += fmt.Sprintf("(%d later cases differ too: %s)", len(others), strings.Join(others[:min(len(others), 10)], ", "))
+	}
+	return first
 }
 
 // TestSignalsDifferential runs testdata/sigprog.c, which interrupts

@@ -3,9 +3,19 @@
  *
  * For each case a child blocks in a call that cannot proceed; the parent
  * signals it, checks the waiter counts the kernel reports, and then makes
- * the call possible. The child prints what its call returned. */
+ * the call possible. The child prints what its call returned.
+ *
+ * No step depends on timing: the parent waits for the states it needs,
+ * read from /proc/<pid>/stat and /proc/<pid>/wchan: the child asleep in its
+ * call (natively in do_msgrcv, do_msgsnd or __do_semtimedop; under the
+ * gateway in seccomp_do_user_notification) before the signal, stopped
+ * after SIGSTOP, and after the signal either gone or asleep in the call
+ * again. A state not reached in 10 s prints a TIMEOUT line (a difference).
+ * The child's result goes through a pipe and is printed by the parent after
+ * it reaped the child, so the order of the lines is fixed. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +31,67 @@
 static volatile sig_atomic_t handled;
 static void on_sig(int s) { (void)s; handled++; }
 
-static void msleep(int ms) {
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR);
+/* readproc reads /proc/<pid>/<file> into buf (NUL-terminated, "" on error). */
+static void readproc(pid_t pid, const char *file, char *buf, size_t n) {
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+	buf[0] = 0;
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return;
+	ssize_t r = read(fd, buf, n - 1);
+	close(fd);
+	buf[r > 0 ? r : 0] = 0;
+}
+
+/* taskstate returns pid's state letter (R, S, T, Z, ...) and puts its wchan
+ * in wchan. */
+static char taskstate(pid_t pid, char *wchan, size_t n) {
+	char st[512];
+	readproc(pid, "stat", st, sizeof st);
+	readproc(pid, "wchan", wchan, n);
+	char *p = strrchr(st, ')'); /* comm may hold spaces */
+	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* in_call reports whether wchan is where a task sleeps in a System V IPC
+ * call: the kernel's own wait, or the seccomp notifier's (the gateway).
+ * The compiler may have renamed a function (seccomp_do_user_notification.isra.0). */
+static int in_call(const char *wchan) {
+	static const char *const at[] = {"do_msgrcv", "do_msgsnd", "__do_semtimedop",
+		"do_semtimedop", "seccomp_do_user_notification", NULL};
+	size_t n = strcspn(wchan, ".");
+	for (int i = 0; at[i]; i++)
+		if (strlen(at[i]) == n && strncmp(wchan, at[i], n) == 0)
+			return 1;
+	return 0;
+}
+
+/* exited reports whether child p has exited (leaving it to be reaped). */
+static int exited(pid_t p) {
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	return waitid(P_PID, p, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == p;
+}
+
+enum want { W_ASLEEP, W_STOPPED, W_SETTLED };
+static const char *wants[] = {"asleep in the call", "stopped", "gone or asleep in the call"};
+
+/* await waits until child p is in state w, polling every 0.5 ms. */
+static void await(pid_t p, enum want w) {
+	char wchan[128];
+	char st = '?';
+	for (int i = 0; i < 20000; i++) {
+		if (w == W_SETTLED && exited(p))
+			return;
+		st = taskstate(p, wchan, sizeof wchan);
+		if (w == W_STOPPED ? st == 'T' : st == 'S' && in_call(wchan))
+			return;
+		struct timespec ts = {0, 500000};
+		nanosleep(&ts, NULL);
+	}
+	printf("  TIMEOUT waiting for the child to be %s: state %c wchan %s\n", wants[w], st, wchan);
+	fflush(stdout);
 }
 
 enum how { H_NORESTART, H_RESTART, H_STOPCONT, H_IGNORED, H_STOPCONT_HANDLER };
@@ -48,7 +116,7 @@ static void install(enum how h) {
 		signal(SIGUSR1, SIG_IGN);
 }
 
-static void child(enum call c, enum how h) {
+static void child(enum call c, enum how h, int out) {
 	install(h);
 	struct sembuf dec = {0, -1, 0}, zero = {1, 0, 0};
 	struct { long type; char text[8]; } m = {1, "x"};
@@ -62,8 +130,7 @@ static void child(enum call c, enum how h) {
 	case C_MSGRCV: r = msgrcv(msqid, &m, sizeof m.text, 1, 0); break;
 	default: r = msgsnd(msqid, &m, 8, 0); break;
 	}
-	printf("  %s: ret=%ld errno=%s handled=%d\n", calls[c], r, r < 0 ? strerrorname_np(errno) : "0", handled);
-	fflush(stdout);
+	dprintf(out, "  %s: ret=%ld errno=%s handled=%d\n", calls[c], r, r < 0 ? strerrorname_np(errno) : "0", handled);
 	_exit(0);
 }
 
@@ -82,18 +149,23 @@ static void one(enum call c, enum how h) {
 		struct { long type; char text[8]; } m = {2, "fill"};
 		msgsnd(msqid, &m, 8, 0);
 	}
+	int res[2];
+	if (pipe(res) < 0) { perror("pipe"); exit(1); }
 	pid_t p = fork();
-	if (p == 0)
-		child(c, h);
-	msleep(100);
+	if (p == 0) {
+		close(res[0]);
+		child(c, h, res[1]);
+	}
+	close(res[1]);
+	await(p, W_ASLEEP);
 	if (h == H_STOPCONT || h == H_STOPCONT_HANDLER) {
 		kill(p, SIGSTOP);
-		msleep(50);
+		await(p, W_STOPPED);
 		kill(p, SIGCONT);
 	} else {
 		kill(p, SIGUSR1);
 	}
-	msleep(100);
+	await(p, W_SETTLED);
 	if (c <= C_SEMOP_ZERO)
 		printf("  after signal: ncnt=%d zcnt=%d\n", semctl(semid, 0, GETNCNT), semctl(semid, 1, GETZCNT));
 	else {
@@ -113,6 +185,13 @@ static void one(enum call c, enum how h) {
 	}
 	int st;
 	waitpid(p, &st, 0);
+	char line[256];
+	ssize_t n = read(res[0], line, sizeof line - 1);
+	close(res[0]);
+	if (n <= 0)
+		printf("  child printed nothing (status %#x)\n", st);
+	else
+		fwrite(line, 1, n, stdout);
 	if (c <= C_SEMOP_ZERO)
 		printf("  final: sem0=%d sem1=%d\n", semctl(semid, 0, GETVAL), semctl(semid, 1, GETVAL));
 	else {
