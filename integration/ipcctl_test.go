@@ -54,7 +54,7 @@ func ipcctlJSON(t *testing.T, e *env) *ipcctlOutput {
 }
 
 // findNS returns the engine namespace of the pod with uid, or nil.
-func findNS(out *ipcctlOutput, uid string) *control.Namespace {
+func findNS(out *ipcctlOutput, uid string) *control.NamespaceState {
 	for _, s := range out.Shims {
 		for i := range s.Namespaces {
 			if p := s.Namespaces[i].Pod; p != nil && p.UID == uid {
@@ -69,9 +69,9 @@ func findNS(out *ipcctlOutput, uid string) *control.Namespace {
 // set 0x77 (2 sems: sem 0 = 1, sem 1 held by c1's SEM_UNDO holder, last
 // semop'd there), queue 0x78 (one "hello" of type 3), a semop -5 on sem
 // 0 asleep in c2 and a msgrcv of type 9 asleep in c1.
-func checkIpcctl(t *testing.T, e *env, uid, podID string, cids []string, pid1 string) *control.Namespace {
+func checkIpcctl(t *testing.T, e *env, uid, podID string, cids []string, pid1 string) *control.NamespaceState {
 	t.Helper()
-	var ns *control.Namespace
+	var ns *control.NamespaceState
 	for i := 0; ; i++ {
 		ns = findNS(ipcctlJSON(t, e), uid)
 		if ns != nil && len(ns.Waiters) == 2 && len(ns.Undo) == 1 {
@@ -188,7 +188,7 @@ func checkIpcctl(t *testing.T, e *env, uid, podID string, cids []string, pid1 st
 
 // checkMetrics scrapes the shims' metrics through ipcctl and checks the
 // pod's series against the same state.
-func checkMetrics(t *testing.T, e *env, ns *control.Namespace) {
+func checkMetrics(t *testing.T, e *env, ns *control.NamespaceState) {
 	t.Helper()
 	text := ipcctl(t, e, "metrics")
 	sel := []string{`ipc_ns="` + strconv.FormatUint(ns.Inode, 10) + `"`, `pod="ipcpod"`, `pod_namespace="default"`}

@@ -24,7 +24,7 @@ type Account interface {
 // the engines answer ENOMEM where Linux's allocation would fail.
 var ErrNoMemory = errors.New("ipcns: the pod's memory cannot hold the object")
 
-// charge is a Namespace's accounting; mu orders SetAccount against
+// charge is a Resources' accounting; mu orders SetAccount against
 // charges so that the account receives exactly what is outstanding.
 type charge struct {
 	mu      sync.RWMutex
@@ -34,7 +34,7 @@ type charge struct {
 
 // SetAccount makes a charge everything the namespace's objects hold from
 // now on, starting with what they hold already.
-func (ns *Namespace) SetAccount(a Account) error {
+func (ns *Resources) SetAccount(a Account) error {
 	ns.charge.mu.Lock()
 	defer ns.charge.mu.Unlock()
 	if a != nil {
@@ -51,7 +51,7 @@ func (ns *Namespace) SetAccount(a Account) error {
 
 // Charge accounts bytes that an object of the namespace is about to hold.
 // It fails with ErrNoMemory if the namespace's account refuses them.
-func (ns *Namespace) Charge(bytes int64) error {
+func (ns *Resources) Charge(bytes int64) error {
 	ns.charge.mu.RLock()
 	defer ns.charge.mu.RUnlock()
 	if a := ns.charge.account; a != nil {
@@ -64,7 +64,7 @@ func (ns *Namespace) Charge(bytes int64) error {
 }
 
 // Uncharge gives back bytes an object held.
-func (ns *Namespace) Uncharge(bytes int64) {
+func (ns *Resources) Uncharge(bytes int64) {
 	ns.charge.mu.RLock()
 	defer ns.charge.mu.RUnlock()
 	ns.charge.charged.Add(-bytes)
@@ -75,4 +75,4 @@ func (ns *Namespace) Uncharge(bytes int64) {
 
 // Charged returns the bytes the namespace's objects hold by the engines'
 // accounting.
-func (ns *Namespace) Charged() int64 { return ns.charge.charged.Load() }
+func (ns *Resources) Charged() int64 { return ns.charge.charged.Load() }

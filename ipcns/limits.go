@@ -71,19 +71,20 @@ func (l Limits) SemString() string {
 	return fmt.Sprintf("%d\t%d\t%d\t%d", l.SemMSL, l.SemMNS, l.SemOPM, l.SemMNI)
 }
 
-// Namespace is one IPC namespace as the engines see it: its limits. The
-// engines keep their objects in their own per-namespace state, created
-// with a Namespace.
-type Namespace struct {
+// Resources is what the semaphore and message-queue engines of one IPC
+// namespace share: its limits (the kernel.sem and kernel.msg* sysctls) and
+// the account its objects' memory is charged to. The engines keep their
+// objects in their own per-namespace state, created with a Resources.
+type Resources struct {
 	// Name identifies the namespace in logs and host tools.
 	Name   string
 	limits atomic.Pointer[Limits]
 	charge charge // account.go
 }
 
-// NewNamespace returns a namespace with the given limits.
-func NewNamespace(name string, l Limits) *Namespace {
-	ns := &Namespace{Name: name}
+// NewResources returns the resources of a namespace with the given limits.
+func NewResources(name string, l Limits) *Resources {
+	ns := &Resources{Name: name}
 	ns.limits.Store(&l)
 	return ns
 }
@@ -91,7 +92,7 @@ func NewNamespace(name string, l Limits) *Namespace {
 // Limits returns the namespace's current limits. Like the kernel's sc_*
 // fields they are read without a lock; a change applies to calls that
 // start after it.
-func (ns *Namespace) Limits() *Limits { return ns.limits.Load() }
+func (ns *Resources) Limits() *Limits { return ns.limits.Load() }
 
 // SetLimits replaces the namespace's limits.
-func (ns *Namespace) SetLimits(l Limits) { ns.limits.Store(&l) }
+func (ns *Resources) SetLimits(l Limits) { ns.limits.Store(&l) }

@@ -21,7 +21,7 @@ func (a *capped) Uncharge(n int64) { a.used -= n }
 // refused charge changes nothing, and replacing the account moves the
 // outstanding bytes.
 func TestSetAccount(t *testing.T) {
-	ns := ipcns.NewNamespace("t", ipcns.DefaultLimits())
+	ns := ipcns.NewResources("t", ipcns.DefaultLimits())
 	if err := ns.Charge(100); err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,7 @@ func BenchmarkPingPong(b *testing.B) {
 		}
 		id = r
 	}, pingPongKernelWorkers(b, &id, n)...)
-	e := New(ipcns.NewNamespace("bench", ipcns.DefaultLimits()))
+	e := New(ipcns.NewResources("bench", ipcns.DefaultLimits()))
 	pidns := ipcns.NewPidNamespace(nil, 1)
 	c := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(pidns, 1)}
 	qid, _ := e.Msgget(c, 0, 0o600)
@@ -196,7 +196,7 @@ func BenchmarkPairs(b *testing.B) {
 					ids[p] = r
 				}
 			}, kw...)
-			e := New(ipcns.NewNamespace("bench", ipcns.DefaultLimits()))
+			e := New(ipcns.NewResources("bench", ipcns.DefaultLimits()))
 			pidns := ipcns.NewPidNamespace(nil, 1)
 			c := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(pidns, 1)}
 			var ew []func()
@@ -258,7 +258,7 @@ func BenchmarkDeepQueue(b *testing.B) {
 					}
 				}
 			})
-			e := New(ipcns.NewNamespace("bench", ipcns.DefaultLimits()))
+			e := New(ipcns.NewResources("bench", ipcns.DefaultLimits()))
 			pidns := ipcns.NewPidNamespace(nil, 1)
 			c := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(pidns, 1)}
 			qid, _ := e.Msgget(c, 0, 0o600)
@@ -297,7 +297,7 @@ func BenchmarkQueuedOverhead(b *testing.B) {
 			// One measurement whatever b.N: it is a size, not a speed.
 			var over float64
 			for it := 0; it < 1; it++ {
-				e := New(ipcns.NewNamespace("bench", lim))
+				e := New(ipcns.NewResources("bench", lim))
 				c := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(ipcns.NewPidNamespace(nil, 1), 1)}
 				qid, _ := e.Msgget(c, 0, 0o600)
 				ctx := context.Background()

@@ -25,7 +25,7 @@ func (a *capAccount) Uncharge(n int64) { a.used -= n }
 // message handed to a waiting receiver, or held by a sender whose sleep
 // is cancelled, leaves nothing charged.
 func TestCharge(t *testing.T) {
-	e := New(ipcns.NewNamespace("charge", ipcns.DefaultLimits()))
+	e := New(ipcns.NewResources("charge", ipcns.DefaultLimits()))
 	acct := &capAccount{limit: 2 * msgBytes(100)}
 	if err := e.ns.SetAccount(acct); err != nil {
 		t.Fatal(err)

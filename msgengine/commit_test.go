@@ -24,7 +24,7 @@ type fixture struct {
 }
 
 func newFixture(lim ipcns.Limits) *fixture {
-	return &fixture{e: New(ipcns.NewNamespace("t", lim)), pidns: ipcns.NewPidNamespace(nil, 1)}
+	return &fixture{e: New(ipcns.NewResources("t", lim)), pidns: ipcns.NewPidNamespace(nil, 1)}
 }
 
 func (f *fixture) caller() *ipcns.Caller {

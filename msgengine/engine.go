@@ -9,19 +9,20 @@ import (
 
 // Engine is the message queues of one IPC namespace.
 type Engine struct {
-	ns  *ipcns.Namespace
+	ns  *ipcns.Resources
 	ids *ipcns.Registry[Queue, *Queue]
 	// reserved is the payload room all queues hold (reserve.go).
 	reserved atomic.Int64
 }
 
 // New returns the empty message queue engine of namespace ns.
-func New(ns *ipcns.Namespace) *Engine {
+func New(ns *ipcns.Resources) *Engine {
 	return &Engine{ns: ns, ids: ipcns.NewRegistry[Queue, *Queue]()}
 }
 
-// Namespace returns the engine's namespace.
-func (e *Engine) Namespace() *ipcns.Namespace { return e.ns }
+// Resources returns the limits and account the engine shares with the
+// other engine of its namespace.
+func (e *Engine) Resources() *ipcns.Resources { return e.ns }
 
 // Registry returns the engine's id registry (for msg_next_id and listings).
 func (e *Engine) Registry() *ipcns.Registry[Queue, *Queue] { return e.ids }

@@ -456,7 +456,7 @@ type engineBackend struct {
 
 func newEngineBackend(lim ipcns.Limits) *engineBackend {
 	return &engineBackend{
-		e:     New(ipcns.NewNamespace("diff", lim)),
+		e:     New(ipcns.NewResources("diff", lim)),
 		pidns: ipcns.NewPidNamespace(nil, 1),
 		procs: map[int]*engineProc{}, caps: processCaps(), groups: processGroups(),
 	}

@@ -38,7 +38,7 @@ type waiter struct {
 	// it (ipcns.Account): given back when the sleep ends without
 	// storing the message.
 	charge int64
-	ns     *ipcns.Namespace
+	ns     *ipcns.Resources
 
 	// A receiver's selector (r_mode, r_msgtype), r_maxsize, its msgsz,
 	// Commit, Done and, once done, the message.

@@ -48,7 +48,7 @@ func kernelSetup(b *testing.B, n int, vals []uint16) (func(int) func([]Sembuf) e
 	if !kernelipc.Available() {
 		b.Skip("cannot create IPC namespaces")
 	}
-	ns, err := kernelipc.NewNamespace()
+	ns, err := kernelipc.NewNamespaceFD()
 	if err != nil {
 		b.Fatal(err)
 	}

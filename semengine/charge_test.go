@@ -27,7 +27,7 @@ func (a *capAccount) Uncharge(n int64) { a.used -= n }
 func TestCharge(t *testing.T) {
 	e, pidns := newTestEngine("charge")
 	acct := &capAccount{limit: setBytes(100) + setBytes(10) + undoBytes(10)}
-	if err := e.Namespace().SetAccount(acct); err != nil {
+	if err := e.Resources().SetAccount(acct); err != nil {
 		t.Fatal(err)
 	}
 	c := rootCaller(pidns, 10)
@@ -57,8 +57,8 @@ func TestCharge(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := setBytes(100) + setBytes(10) + undoBytes(10)
-	if acct.used != want || e.Namespace().Charged() != want {
-		t.Fatalf("used %d, charged %d, want %d", acct.used, e.Namespace().Charged(), want)
+	if acct.used != want || e.Resources().Charged() != want {
+		t.Fatalf("used %d, charged %d, want %d", acct.used, e.Resources().Charged(), want)
 	}
 	e.Exit(c.Pid)
 	if err := e.Remove(c, big); err != nil {
@@ -73,14 +73,14 @@ func TestCharge(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Exit(c2.Pid)
-	if acct.used != 0 || e.Namespace().Charged() != 0 {
-		t.Fatalf("after removal and exits: used %d, charged %d", acct.used, e.Namespace().Charged())
+	if acct.used != 0 || e.Resources().Charged() != 0 {
+		t.Fatalf("after removal and exits: used %d, charged %d", acct.used, e.Resources().Charged())
 	}
 	// A set refused for SEMMNI (ENOSPC after newary's allocation) leaves
 	// no charge behind.
-	lim := *e.Namespace().Limits()
+	lim := *e.Resources().Limits()
 	lim.SemMNI = 0
-	e.Namespace().SetLimits(lim)
+	e.Resources().SetLimits(lim)
 	if _, err := e.Semget(c, ipcns.IPCPrivate, 1, 0o600); err != unix.ENOSPC || acct.used != 0 {
 		t.Fatalf("semget with semmni 0: %v, used %d", err, acct.used)
 	}

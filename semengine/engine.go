@@ -11,7 +11,7 @@ import (
 
 // Engine is the semaphore sets of one IPC namespace.
 type Engine struct {
-	ns  *ipcns.Namespace
+	ns  *ipcns.Resources
 	ids *ipcns.Registry[Set, *Set]
 	// usedSems counts the semaphores of all sets, against SEMMNS. It
 	// changes with the registry's lock held (creation) or the set's
@@ -22,12 +22,13 @@ type Engine struct {
 }
 
 // New returns the empty semaphore engine of namespace ns.
-func New(ns *ipcns.Namespace) *Engine {
+func New(ns *ipcns.Resources) *Engine {
 	return &Engine{ns: ns, ids: ipcns.NewRegistry[Set, *Set]()}
 }
 
-// Namespace returns the engine's namespace.
-func (e *Engine) Namespace() *ipcns.Namespace { return e.ns }
+// Resources returns the limits and account the engine shares with the
+// other engine of its namespace.
+func (e *Engine) Resources() *ipcns.Resources { return e.ns }
 
 // Registry returns the engine's id registry (for sem_next_id and listings).
 func (e *Engine) Registry() *ipcns.Registry[Set, *Set] { return e.ids }

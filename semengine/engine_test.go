@@ -17,7 +17,7 @@ import (
 // detector.
 
 func newTestEngine(name string) (*Engine, *ipcns.PidNamespace) {
-	return New(ipcns.NewNamespace(name, ipcns.DefaultLimits())), ipcns.NewPidNamespace(nil, 1)
+	return New(ipcns.NewResources(name, ipcns.DefaultLimits())), ipcns.NewPidNamespace(nil, 1)
 }
 
 func rootCaller(ns *ipcns.PidNamespace, pid int32) *ipcns.Caller {
@@ -118,7 +118,7 @@ func TestCommitFailedSleeperPassesTheUnitOn(t *testing.T) {
 // namespaces; exiting applies each namespace's own entries only.
 func TestUndoScopedToNamespace(t *testing.T) {
 	a, root := newTestEngine("a")
-	b := New(ipcns.NewNamespace("b", ipcns.DefaultLimits()))
+	b := New(ipcns.NewResources("b", ipcns.DefaultLimits()))
 	p := rootCaller(root, 42)
 	ida, _ := a.Semget(p, ipcns.IPCPrivate, 1, 0o600)
 	idb, _ := b.Semget(p, ipcns.IPCPrivate, 1, 0o600)
@@ -283,7 +283,7 @@ func TestConcurrentMixedOps(t *testing.T) {
 }
 
 func TestSetValWithinLimits(t *testing.T) {
-	ns := ipcns.NewNamespace("t", ipcns.DefaultLimits())
+	ns := ipcns.NewResources("t", ipcns.DefaultLimits())
 	lim := *ns.Limits()
 	if err := lim.SetSem("4 6 2 2"); err != nil {
 		t.Fatal(err)

@@ -501,7 +501,7 @@ type engineWorld struct {
 }
 
 func newEngineWorld() *engineWorld {
-	ns := ipcns.NewNamespace("test", ipcns.DefaultLimits())
+	ns := ipcns.NewResources("test", ipcns.DefaultLimits())
 	root := ipcns.NewPidNamespace(nil, 1)
 	w := &engineWorld{e: New(ns), root: root}
 	main := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(root, 100)}
@@ -659,11 +659,11 @@ func (w *engineWorld) actorOf(pid int) int {
 }
 
 func (w *engineWorld) setSemLimits(t *testing.T, v string) {
-	lim := *w.e.Namespace().Limits()
+	lim := *w.e.Resources().Limits()
 	if err := lim.SetSem(v); err != nil {
 		t.Fatal(err)
 	}
-	w.e.Namespace().SetLimits(lim)
+	w.e.Resources().SetLimits(lim)
 }
 
 func (w *engineWorld) proc(t *testing.T) string { return maskTimes(string(w.e.ProcSysvipc())) }

@@ -126,7 +126,7 @@ func filter(out *Output, pod, ctr string) {
 	}
 	var shims []control.Snapshot
 	for _, s := range out.Shims {
-		var keep []control.Namespace
+		var keep []control.NamespaceState
 		for _, n := range s.Namespaces {
 			if matchPod(n.Pod, pod) && matchCtr(n.Containers, ctr) {
 				keep = append(keep, n)
@@ -169,7 +169,7 @@ func short(id string) string {
 	return id
 }
 
-func ctrName(n *control.Namespace, id string) string {
+func ctrName(n *control.NamespaceState, id string) string {
 	for _, c := range n.Containers {
 		if c.ID == id {
 			if c.Name != "" {
@@ -183,7 +183,7 @@ func ctrName(n *control.Namespace, id string) string {
 	return short(id)
 }
 
-func pidStr(n *control.Namespace, p *control.Pid) string {
+func pidStr(n *control.NamespaceState, p *control.Pid) string {
 	if p == nil || p.Host == 0 && p.Container == 0 {
 		return "-"
 	}

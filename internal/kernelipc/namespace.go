@@ -30,15 +30,15 @@ func Available() bool {
 	return InFreshNamespace(func() {}) == nil
 }
 
-// Namespace is a fresh IPC namespace that several threads can enter, for
-// benchmarks with concurrent workers.
-type Namespace struct {
+// NamespaceFD holds a fresh kernel IPC namespace open (an nsfs fd) so that
+// several threads can enter it, for benchmarks with concurrent workers.
+type NamespaceFD struct {
 	fd int
 }
 
-// NewNamespace makes a fresh IPC namespace, kept alive until Close.
-func NewNamespace() (*Namespace, error) {
-	var ns *Namespace
+// NewNamespaceFD makes a fresh IPC namespace, kept alive until Close.
+func NewNamespaceFD() (*NamespaceFD, error) {
+	var ns *NamespaceFD
 	var nerr error
 	err := InFreshNamespace(func() {
 		fd, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/ipc", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -46,7 +46,7 @@ func NewNamespace() (*Namespace, error) {
 			nerr = err
 			return
 		}
-		ns = &Namespace{fd: fd}
+		ns = &NamespaceFD{fd: fd}
 	})
 	if err == nil {
 		err = nerr
@@ -56,7 +56,7 @@ func NewNamespace() (*Namespace, error) {
 
 // Run runs f on an OS thread of its own that has entered ns (setns); the
 // thread is discarded afterwards.
-func (ns *Namespace) Run(f func()) error {
+func (ns *NamespaceFD) Run(f func()) error {
 	return runLocked(func() error {
 		if err := unix.Setns(ns.fd, unix.CLONE_NEWIPC); err != nil {
 			return fmt.Errorf("setns: %w", err)
@@ -67,4 +67,4 @@ func (ns *Namespace) Run(f func()) error {
 }
 
 // Close releases the namespace.
-func (ns *Namespace) Close() error { return unix.Close(ns.fd) }
+func (ns *NamespaceFD) Close() error { return unix.Close(ns.fd) }

@@ -17,7 +17,7 @@ func testSource(inos ...uint64) Source {
 		s := Snapshot{Shim: Shim{Pid: 42}}
 		for _, ino := range inos {
 			l := Limits{SemMSL: 10, SemMNS: 100, SemOPM: 5, SemMNI: 8, MsgMax: 8192, MsgMNB: 1024, MsgMNI: 4}
-			s.Namespaces = append(s.Namespaces, Namespace{Inode: ino, Pod: &Pod{Name: "p", Namespace: "ns"}, Limits: l, Bounds: BoundsOf(l),
+			s.Namespaces = append(s.Namespaces, NamespaceState{Inode: ino, Pod: &Pod{Name: "p", Namespace: "ns"}, Limits: l, Bounds: BoundsOf(l),
 				Usage: Usage{Sets: 1, Semaphores: 3, Queues: 2, Messages: 5, Bytes: 50}, Waiters: []Waiter{{Kind: "semop"}, {Kind: "msgrcv"}}})
 		}
 		return s

@@ -7,8 +7,8 @@ import "time"
 
 // Snapshot is one shim's state.
 type Snapshot struct {
-	Shim       Shim        `json:"shim"`
-	Namespaces []Namespace `json:"namespaces"`
+	Shim       Shim             `json:"shim"`
+	Namespaces []NamespaceState `json:"namespaces"`
 	// Taken is when the snapshot was made.
 	Taken time.Time `json:"taken"`
 }
@@ -123,9 +123,9 @@ type Usage struct {
 	Waiters       int   `json:"waiters"`
 }
 
-// Namespace is one engine namespace: a kernel IPC namespace whose System
+// NamespaceState is one engine namespace: a kernel IPC namespace whose System
 // V IPC the shim serves.
-type Namespace struct {
+type NamespaceState struct {
 	// Inode is the kernel IPC namespace's inode (/proc/<pid>/ns/ipc).
 	Inode      uint64      `json:"inode"`
 	Pod        *Pod        `json:"pod,omitempty"`

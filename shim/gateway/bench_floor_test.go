@@ -102,7 +102,7 @@ func BenchmarkTrappedCall(b *testing.B) {
 	}
 	floor := ns(serveFloor(b, bin, "null", n))
 	null := ns(serve(b, gateway.Null{}, bin, "null", n))
-	semop := ns(serve(b, gateway.NewEngines(), bin, "semop", n))
+	semop := ns(serve(b, harness.NewEnginesByInode(), bin, "semop", n))
 	out, err := harness.NativeCommand(bin, "semop", n).Output()
 	if err != nil {
 		b.Skipf("native run: %v\n%s", err, out)
@@ -140,7 +140,7 @@ func BenchmarkTrappedScaling(b *testing.B) {
 		}
 		nat := ns(out)
 		floor := ns(serveFloor(b, bin, "semop", n, k))
-		gw := ns(serve(b, gateway.NewEngines(), bin, "semop", n, k))
+		gw := ns(serve(b, harness.NewEnginesByInode(), bin, "semop", n, k))
 		if testing.Verbose() {
 			// The variants that could let one listener scale.
 			for _, v := range []struct {

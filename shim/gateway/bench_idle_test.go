@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,7 +93,7 @@ func idleRun(b *testing.B, bin string, n int, kind string, secs int) (float64, f
 			}
 		}
 	})
-	h := &gapTimer{Handler: gateway.NewEngines()}
+	h := &gapTimer{Handler: harness.NewEnginesByInode()}
 	out := serve(b, h, bin, fmt.Sprint(n), kind, fmt.Sprint(secs))
 	close(stop)
 	wg.Wait()

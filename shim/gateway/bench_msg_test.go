@@ -115,7 +115,7 @@ func BenchmarkMsgPingPong(b *testing.B) {
 	})
 	b.Run("trapped", func(b *testing.B) {
 		n := strconv.Itoa(max(b.N, 1000))
-		out, g := serveWith(b, gateway.NewEngines(), nil, "go:msgpingpong", n)
+		out, g := serveWith(b, harness.NewEnginesByInode(), nil, "go:msgpingpong", n)
 		logStats(b, g)
 		b.ReportMetric(childNs(b, out), "ns/rt")
 	})
@@ -136,7 +136,7 @@ func BenchmarkSemopPair(b *testing.B) {
 	})
 	b.Run("trapped", func(b *testing.B) {
 		n := strconv.Itoa(max(b.N, 1000))
-		out, g := serveWith(b, gateway.NewEngines(), nil, "go:semloop", n)
+		out, g := serveWith(b, harness.NewEnginesByInode(), nil, "go:semloop", n)
 		logStats(b, g)
 		b.ReportMetric(childNs(b, out)/2, "ns/call")
 	})

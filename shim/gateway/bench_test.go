@@ -77,7 +77,7 @@ func BenchmarkGatewayNull(b *testing.B) {
 func BenchmarkGatewaySemop(b *testing.B) {
 	for _, cached := range []bool{true, false} {
 		b.Run(fmt.Sprintf("cached=%v", cached), func(b *testing.B) {
-			out, g := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) { g.Defaults.NSFixed, g.Defaults.IDsFixed = cached, cached },
+			out, g := serveWith(b, harness.NewEnginesByInode(), func(g *gateway.Gateway) { g.Defaults.NSFixed, g.Defaults.IDsFixed = cached, cached },
 				"go:semloop", strconv.Itoa(max(b.N, 1000)))
 			logStats(b, g)
 			b.ReportMetric(childNs(b, out)/2, "ns/call")

@@ -43,7 +43,7 @@ func TestExitUndo(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	eng := gateway.NewEngines()
+	eng := harness.NewEnginesByInode()
 	g, err := gateway.New(ctx, eng)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestExitUndo(t *testing.T) {
 		cmd.Process.Signal(kill)
 		cmd.Wait()
 		exited := time.Now()
-		inos := eng.Namespaces()
+		inos := eng.Inodes()
 		if len(inos) < 2 {
 			t.Fatalf("%d namespaces served, want 2", len(inos))
 		}

@@ -180,7 +180,7 @@ func cDifferential(t *testing.T, src string) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	diff(t, native, serve(t, gateway.NewEngines(), bin))
+	diff(t, native, serve(t, harness.NewEnginesByInode(), bin))
 	if testing.Verbose() {
 		t.Logf("native output:\n%s", native)
 	}
@@ -190,7 +190,7 @@ func cDifferential(t *testing.T, src string) {
 // ENOSYS instead of reaching the kernel's IPC namespace.
 func TestCompatRefused(t *testing.T) {
 	bin := buildC(t, "testdata/semprog.c")
-	out := string(serve(t, gateway.NewEngines(), bin, "compat"))
+	out := string(serve(t, harness.NewEnginesByInode(), bin, "compat"))
 	want := fmt.Sprintf("i386 ipc(SEMGET) = %d\nx32 semget = -1 errno=ENOSYS\n", -int(unix.ENOSYS))
 	if strings.HasPrefix(out, "i386 ipc(SEMGET) unavailable") {
 		t.Log("kernel without IA32 emulation: int $0x80 faults; only x32 checked")
@@ -285,7 +285,7 @@ func TestSignalsDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	trapped := serve(t, gateway.NewEngines(), bin)
+	trapped := serve(t, harness.NewEnginesByInode(), bin)
 	diff(t, native, trapped)
 }
 
@@ -315,7 +315,7 @@ func TestFuzzDifferential(t *testing.T) {
 		if err != nil {
 			t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 		}
-		trapped := serve(t, gateway.NewEngines(), bin, seed, n)
+		trapped := serve(t, harness.NewEnginesByInode(), bin, seed, n)
 		diff(t, native, trapped)
 		if t.Failed() {
 			return

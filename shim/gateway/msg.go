@@ -32,7 +32,7 @@ func (r *Request) bindCheck() error {
 	return r.Valid()
 }
 
-func (n *Namespace) msgget(r *Request) {
+func (n *Engines) msgget(r *Request) {
 	eng := n.msg
 	if err := r.Valid(); err != nil {
 		return
@@ -46,12 +46,12 @@ func (n *Namespace) msgget(r *Request) {
 // (EFAULT), then the engine checks the rest. A message is committed (the
 // answer sent) with the queue locked: a refused answer leaves the queue
 // as it was.
-func (n *Namespace) msgsnd(r *Request) {
+func (n *Engines) msgsnd(r *Request) {
 	eng := n.msg
 	msqid, msgp, msgsz, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int(int32(r.Arg(3)))
 	var mtype int64
 	var data []byte
-	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(eng.Namespace().Limits().MsgMax)) {
+	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(eng.Resources().Limits().MsgMax)) {
 		// One copy of mtype and text; the order of the errors only
 		// matters when it fails, and then the slow path below redoes it.
 		buf := make([]byte, mtypeSize+msgsz)
@@ -95,7 +95,7 @@ func (n *Namespace) msgsnd(r *Request) {
 //
 // The answer is a byte count, which ADDFD|SEND cannot carry: where a
 // signal may race with it, its fate is learnt from the kernel (commitWrite).
-func (n *Namespace) msgrcv(r *Request) {
+func (n *Engines) msgrcv(r *Request) {
 	eng := n.msg
 	msqid, msgp, msgsz, msgtyp, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int64(r.Arg(3)), int(int32(r.Arg(4)))
 	if err := eng.CheckRecv(msqid, msgsz, flg); err != nil {
@@ -104,7 +104,7 @@ func (n *Namespace) msgrcv(r *Request) {
 	}
 	if flg&msgengine.MsgCopy != 0 {
 		// prepare_copy: load_msg(msgp, min(msgsz, msgmax)).
-		n := min(msgsz, int64(uint32(eng.Namespace().Limits().MsgMax)))
+		n := min(msgsz, int64(uint32(eng.Resources().Limits().MsgMax)))
 		if err := r.Task.ReadMem(msgp, make([]byte, n)); err != nil {
 			r.Reply(0, err)
 			return
@@ -128,7 +128,7 @@ func (n *Namespace) msgrcv(r *Request) {
 // command the engine's checks, then the copy (EFAULT) — except IPC_SET,
 // which copies msqid64_ds in first. Commands with IPC_64 (0x100) are
 // EINVAL: x86_64 and arm64 do not parse an IPC version.
-func (n *Namespace) msgctl(r *Request) {
+func (n *Engines) msgctl(r *Request) {
 	eng := n.msg
 	c := &r.Task.Caller
 	msqid, cmd, buf := int32(r.Arg(0)), int(int32(r.Arg(1))), r.Arg(2)

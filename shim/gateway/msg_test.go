@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"testing"
 
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 )
 
@@ -18,7 +17,7 @@ func TestMsgDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	trapped := serve(t, gateway.NewEngines(), bin)
+	trapped := serve(t, harness.NewEnginesByInode(), bin)
 	diff(t, native, trapped)
 }
 
@@ -33,7 +32,7 @@ func TestMsgSignalsDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	trapped, g := serveWith(t, gateway.NewEngines(), nil, bin, "msg")
+	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "msg")
 	logStats(t, g)
 	diff(t, native, trapped)
 }

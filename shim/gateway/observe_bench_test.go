@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 )
 
 // BenchmarkGatewaySemopMetrics: the trapped lock/unlock pair of
@@ -19,7 +20,7 @@ func BenchmarkGatewaySemopMetrics(b *testing.B) {
 	for round := 1; round <= 3; round++ {
 		for _, on := range []bool{false, true} {
 			b.Run(fmt.Sprintf("metrics=%v/round=%d", on, round), func(b *testing.B) {
-				out, _ := serveWith(b, gateway.NewEngines(), func(g *gateway.Gateway) {
+				out, _ := serveWith(b, harness.NewEnginesByInode(), func(g *gateway.Gateway) {
 					g.Defaults = gateway.ListenerOptions{NSFixed: true, IDsFixed: true}
 					if on {
 						g.SetObserver(control.NewMetrics(src))

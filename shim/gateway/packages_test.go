@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 )
 
@@ -40,7 +39,7 @@ func TestPackagesDifferential(t *testing.T) {
 			if err != nil {
 				t.Skipf("native run: %v\n%s", err, native)
 			}
-			trapped := serve(t, gateway.NewEngines(), c.interp, c.script)
+			trapped := serve(t, harness.NewEnginesByInode(), c.interp, c.script)
 			diff(t, native, trapped)
 		})
 	}
@@ -65,7 +64,7 @@ func TestStressNG(t *testing.T) {
 			}
 			// serve fails the test on a non-zero exit; stress-ng
 			// reports to stderr, which serve passes through.
-			tout, g := serveWith(t, gateway.NewEngines(), nil, argv...)
+			tout, g := serveWith(t, harness.NewEnginesByInode(), nil, argv...)
 			logStats(t, g)
 			if strings.Contains(string(tout), "fail") {
 				t.Fatalf("stress-ng: %s", tout)

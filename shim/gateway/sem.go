@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func (n *Namespace) semget(r *Request) {
+func (n *Engines) semget(r *Request) {
 	eng := n.sem
 	if err := r.Valid(); err != nil {
 		return
@@ -20,7 +20,7 @@ func (n *Namespace) semget(r *Request) {
 // sembufSize is sizeof(struct sembuf).
 const sembufSize = 6
 
-func (n *Namespace) semop(r *Request, timed bool) {
+func (n *Engines) semop(r *Request, timed bool) {
 	eng := n.sem
 	semid, nsops := int32(r.Arg(0)), uint32(r.Arg(2))
 	op := &semengine.Op{SemID: semid}
@@ -76,7 +76,7 @@ const semidDSSize = 104
 // seminfoSize is sizeof(struct seminfo): ten ints.
 const seminfoSize = 40
 
-func (n *Namespace) semctl(r *Request) {
+func (n *Engines) semctl(r *Request) {
 	eng := n.sem
 	c := &r.Task.Caller
 	semid, semnum, cmd, arg := int32(r.Arg(0)), int(int32(r.Arg(1))), int(int32(r.Arg(2))), r.Arg(3)

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 )
 
@@ -50,7 +49,7 @@ func torture(t *testing.T, mode string) {
 	}
 	want := invariants(t, native)
 	t.Logf("native:  %s", strings.TrimSpace(strings.ReplaceAll(string(native), "\n", " | ")))
-	out, g := serveWith(t, gateway.NewEngines(), nil, args...)
+	out, g := serveWith(t, harness.NewEnginesByInode(), nil, args...)
 	t.Logf("trapped: %s", strings.TrimSpace(strings.ReplaceAll(string(out), "\n", " | ")))
 	logStats(t, g)
 	if got := invariants(t, out); got != want {

@@ -141,7 +141,7 @@ func (s *Service) snapshot() control.Snapshot {
 	}
 	type nsRef struct {
 		ino     uint64
-		e       *engineNS
+		e       *servedNamespace
 		members []string
 	}
 	n := s.ns
@@ -173,15 +173,15 @@ func (s *Service) snapshot() control.Snapshot {
 	}
 	now := time.Now()
 	for _, r := range refs {
-		snap.Namespaces = append(snap.Namespaces, buildNamespace(r.ino, r.e, r.members, ctrs, pidns, now))
+		snap.Namespaces = append(snap.Namespaces, buildNamespaceState(r.ino, r.e, r.members, ctrs, pidns, now))
 	}
 	return snap
 }
 
-func buildNamespace(ino uint64, e *engineNS, members []string, ctrs map[string]ctrMeta, pidns map[uint64]string, now time.Time) control.Namespace {
+func buildNamespaceState(ino uint64, e *servedNamespace, members []string, ctrs map[string]ctrMeta, pidns map[uint64]string, now time.Time) control.NamespaceState {
 	sem, msg := e.eng.Sem(), e.eng.Msg()
-	l := sem.Namespace().Limits()
-	out := control.Namespace{Inode: ino, Containers: []control.Container{}, SemSets: []control.SemSet{},
+	l := sem.Resources().Limits()
+	out := control.NamespaceState{Inode: ino, Containers: []control.Container{}, SemSets: []control.SemSet{},
 		Queues: []control.Queue{}, Waiters: []control.Waiter{}, Undo: []control.Undo{}}
 	out.Limits = control.Limits{SemMSL: l.SemMSL, SemMNS: l.SemMNS, SemOPM: l.SemOPM, SemMNI: l.SemMNI,
 		MsgMax: l.MsgMax, MsgMNB: l.MsgMNB, MsgMNI: l.MsgMNI}

@@ -11,14 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Namespaces maps containers to engine namespaces and serves the gateway's
+// EngineTable maps containers to engine namespaces and serves the gateway's
 // calls from them. An engine namespace stands for one kernel IPC
 // namespace (keyed by its inode, as the gateway identifies callers): the
 // containers of a pod share the sandbox's, a container started with its
 // own IPC namespace gets a fresh one, an exec'd process is in its
 // container's. A namespace is freed when the last container attached to
 // it is deleted.
-type Namespaces struct {
+type EngineTable struct {
 	// Logf reports namespace life events; nil discards them.
 	Logf func(format string, args ...any)
 	// OnCreate and OnFree, if set, are called (with the mapping locked)
@@ -27,7 +27,7 @@ type Namespaces struct {
 
 	mu    sync.RWMutex
 	ctrs  map[string]*member
-	byIno map[uint64]*engineNS
+	byIno map[uint64]*servedNamespace
 }
 
 type member struct {
@@ -41,18 +41,20 @@ type member struct {
 	listeners int
 }
 
-type engineNS struct {
-	eng     *gateway.Namespace
+// servedNamespace is one kernel IPC namespace this shim serves: its
+// engines, the limits they were made with, and the containers in it.
+type servedNamespace struct {
+	eng     *gateway.Engines
 	limits  ipcns.Limits
 	members map[string]struct{}
 }
 
 // NewNamespaces returns an empty mapping.
-func NewNamespaces() *Namespaces {
-	return &Namespaces{ctrs: map[string]*member{}, byIno: map[uint64]*engineNS{}}
+func NewEngineTable() *EngineTable {
+	return &EngineTable{ctrs: map[string]*member{}, byIno: map[uint64]*servedNamespace{}}
 }
 
-func (n *Namespaces) logf(format string, args ...any) {
+func (n *EngineTable) logf(format string, args ...any) {
 	if n.Logf != nil {
 		n.Logf(format, args...)
 	}
@@ -60,7 +62,7 @@ func (n *Namespaces) logf(format string, args ...any) {
 
 // Prepare records a trapped container before runc creates it, with the
 // limits its spec asks for.
-func (n *Namespaces) Prepare(id string, l ipcns.Limits) {
+func (n *EngineTable) Prepare(id string, l ipcns.Limits) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.ctrs[id] = &member{limits: l}
@@ -69,7 +71,7 @@ func (n *Namespaces) Prepare(id string, l ipcns.Limits) {
 // Attach binds container id to the kernel IPC namespace ino (its init's
 // or an exec'd process's), making the engine namespace if it is the
 // first. It reports whether the namespace is new.
-func (n *Namespaces) Attach(id string, ino uint64) bool {
+func (n *EngineTable) Attach(id string, ino uint64) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	m := n.ctrs[id]
@@ -91,7 +93,7 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	e := n.byIno[ino]
 	created := e == nil
 	if created {
-		e = newEngineNS(ino, m.limits)
+		e = newServedNamespace(ino, m.limits)
 		n.byIno[ino] = e
 		if n.OnCreate != nil {
 			n.OnCreate(ino)
@@ -105,21 +107,21 @@ func (n *Namespaces) Attach(id string, ino uint64) bool {
 	return created
 }
 
-func newEngineNS(ino uint64, l ipcns.Limits) *engineNS {
-	eng := gateway.NewNamespace("ipc:"+strconv.FormatUint(ino, 10), l)
-	return &engineNS{eng: eng, limits: l, members: map[string]struct{}{}}
+func newServedNamespace(ino uint64, l ipcns.Limits) *servedNamespace {
+	eng := gateway.NewEngines("ipc:"+strconv.FormatUint(ino, 10), l)
+	return &servedNamespace{eng: eng, limits: l, members: map[string]struct{}{}}
 }
 
 // Remove forgets container id; when it was the last container of its
 // engine namespace, the namespace and all its objects are freed. It
 // reports the freed namespace's inode, or 0.
-func (n *Namespaces) Remove(id string) uint64 {
+func (n *EngineTable) Remove(id string) uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.removeLocked(id)
 }
 
-func (n *Namespaces) removeLocked(id string) uint64 {
+func (n *EngineTable) removeLocked(id string) uint64 {
 	m := n.ctrs[id]
 	if m == nil {
 		return 0
@@ -142,7 +144,7 @@ func (n *Namespaces) removeLocked(id string) uint64 {
 }
 
 // Local reports whether container id was created through this shim.
-func (n *Namespaces) Local(id string) bool {
+func (n *EngineTable) Local(id string) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	m := n.ctrs[id]
@@ -152,7 +154,7 @@ func (n *Namespaces) Local(id string) bool {
 // Release ends one served listener of a foreign container; with its last
 // one the container leaves (as Remove). It reports whether the container
 // left.
-func (n *Namespaces) Release(id string) bool {
+func (n *EngineTable) Release(id string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	m := n.ctrs[id]
@@ -168,7 +170,7 @@ func (n *Namespaces) Release(id string) bool {
 }
 
 // Foreigners returns the number of foreign containers being served.
-func (n *Namespaces) Foreigners() int {
+func (n *EngineTable) Foreigners() int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	c := 0
@@ -182,14 +184,14 @@ func (n *Namespaces) Foreigners() int {
 
 // Known reports whether kernel IPC namespace ino has an engine namespace
 // in this shim.
-func (n *Namespaces) Known(ino uint64) bool {
+func (n *EngineTable) Known(ino uint64) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.byIno[ino] != nil
 }
 
 // Len returns the number of live engine namespaces.
-func (n *Namespaces) Len() int {
+func (n *EngineTable) Len() int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return len(n.byIno)
@@ -199,7 +201,7 @@ func (n *Namespaces) Len() int {
 // process that made an IPC namespace of its own inside a container
 // (unshare -i) gets a fresh one with Linux's defaults, as from the
 // kernel; it lives as long as the shim.
-func (n *Namespaces) engines(ino uint64) *gateway.Namespace {
+func (n *EngineTable) engines(ino uint64) *gateway.Engines {
 	n.mu.RLock()
 	e := n.byIno[ino]
 	n.mu.RUnlock()
@@ -209,7 +211,7 @@ func (n *Namespaces) engines(ino uint64) *gateway.Namespace {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if e = n.byIno[ino]; e == nil {
-		e = newEngineNS(ino, ipcns.DefaultLimits())
+		e = newServedNamespace(ino, ipcns.DefaultLimits())
 		n.byIno[ino] = e
 		n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
 	}
@@ -217,12 +219,12 @@ func (n *Namespaces) engines(ino uint64) *gateway.Namespace {
 }
 
 // Handle serves one trapped call (gateway.Handler).
-func (n *Namespaces) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS).Handle(r) }
+func (n *EngineTable) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS).Handle(r) }
 
 // Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
-func (n *Namespaces) Exit(pid *ipcns.Pid) {
+func (n *EngineTable) Exit(pid *ipcns.Pid) {
 	n.mu.RLock()
-	all := make([]*gateway.Namespace, 0, len(n.byIno))
+	all := make([]*gateway.Engines, 0, len(n.byIno))
 	for _, e := range n.byIno {
 		all = append(all, e.eng)
 	}

@@ -53,7 +53,7 @@ func TestRuntimeOptionsFromCRI(t *testing.T) {
 }
 
 func TestNamespacesLifecycle(t *testing.T) {
-	n := NewNamespaces()
+	n := NewEngineTable()
 	n.Prepare("a", ipcDefault())
 	n.Prepare("b", ipcDefault())
 	if !n.Attach("a", 100) || n.Attach("b", 100) || n.Attach("a", 100) {

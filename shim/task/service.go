@@ -37,7 +37,7 @@ type Service struct {
 	taskAPI.TTRPCTaskService
 
 	ctx  context.Context
-	ns   *Namespaces
+	ns   *EngineTable
 	gw   *gateway.Gateway
 	sock string
 	view *Views // the in-container /proc view (view.go)
@@ -60,7 +60,7 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 	if err != nil {
 		return nil, err
 	}
-	ns := NewNamespaces()
+	ns := NewEngineTable()
 	ns.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
 	gw, err := gateway.New(ctx, ns)
 	if err != nil {
@@ -335,6 +335,3 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	}
 	return resp, err
 }
-
-// Namespaces returns the service's namespace mapping (for tests).
-func (s *Service) Namespaces() *Namespaces { return s.ns }

@@ -64,7 +64,7 @@ const ViewAnnotation = "io.containerd.ipc.v2.procview"
 
 // Views are the mounted views, by container.
 type Views struct {
-	ns  *Namespaces
+	ns  *EngineTable
 	res *gateway.Gateway
 	// Logf reports; nil discards.
 	Logf func(format string, args ...any)
@@ -75,7 +75,7 @@ type Views struct {
 
 // NewViews returns an empty set serving from ns; res (may be nil) names
 // readers' pid namespaces.
-func NewViews(ns *Namespaces, res *gateway.Gateway) *Views {
+func NewViews(ns *EngineTable, res *gateway.Gateway) *Views {
 	return &Views{ns: ns, res: res, byID: map[string]*View{}}
 }
 
@@ -172,7 +172,7 @@ func (v *View) close() {
 
 // peek returns the engine namespace of kernel IPC namespace ino without
 // making one.
-func (n *Namespaces) peek(ino uint64) *gateway.Namespace {
+func (n *EngineTable) peek(ino uint64) *gateway.Engines {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if e := n.byIno[ino]; e != nil {
@@ -184,7 +184,7 @@ func (n *Namespaces) peek(ino uint64) *gateway.Namespace {
 // engines returns the engines and namespace inode for reader r: the
 // reader's IPC namespace when this shim serves it, else the container's;
 // nil while the container's namespace has no engine yet.
-func (v *View) engines(r sysvipcfs.Reader) (*gateway.Namespace, uint64) {
+func (v *View) engines(r sysvipcfs.Reader) (*gateway.Engines, uint64) {
 	if r.Pid > 0 {
 		if ino, err := IPCInode(r.Pid); err == nil && ino != v.ino {
 			if e := v.vs.ns.peek(ino); e != nil {
@@ -196,8 +196,8 @@ func (v *View) engines(r sysvipcfs.Reader) (*gateway.Namespace, uint64) {
 }
 
 var (
-	emptySem = semengine.New(ipcns.NewNamespace("", ipcns.DefaultLimits())).ProcSysvipc()
-	emptyMsg = msgengine.New(ipcns.NewNamespace("", ipcns.DefaultLimits())).ProcSysvipc(nil)
+	emptySem = semengine.New(ipcns.NewResources("", ipcns.DefaultLimits())).ProcSysvipc()
+	emptyMsg = msgengine.New(ipcns.NewResources("", ipcns.DefaultLimits())).ProcSysvipc(nil)
 )
 
 // Sysvipc serves /proc/sysvipc/<name> (sysvipcfs.Source).
@@ -286,8 +286,8 @@ func (v *View) ReadSysctl(name string, r sysvipcfs.Reader) ([]byte, error) {
 
 // sync applies the kernel's limits to the engine namespace when they
 // changed since last applied, and returns the engine's limits.
-func (v *View) sync(e *gateway.Namespace, ino uint64) ipcns.Limits {
-	ns := e.Sem().Namespace()
+func (v *View) sync(e *gateway.Engines, ino uint64) ipcns.Limits {
+	ns := e.Sem().Resources()
 	if ino != v.ino {
 		return *ns.Limits() // not the namespace whose kernel files we hold
 	}
@@ -347,7 +347,7 @@ func (v *View) WriteSysctl(name string, value []byte, r sysvipcfs.Reader) error 
 	if err != nil {
 		return err
 	}
-	e.Sem().Namespace().SetLimits(kl)
+	e.Sem().Resources().SetLimits(kl)
 	v.last = kl
 	v.vs.logf("container %s: kernel.%s written: limits now sem=%s msgmax=%d msgmnb=%d msgmni=%d",
 		v.id, name, strings.ReplaceAll(kl.SemString(), "\t", " "), kl.MsgMax, kl.MsgMNB, kl.MsgMNI)
