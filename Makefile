@@ -1,6 +1,8 @@
 # containerd-shim-ipc
 GO ?= go
 PKGS := ./...
+# scripts/install-deps.sh installs Go there on a machine without one.
+export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: all build test test-race bench vet fmt deps shim ipcctl demo integration integration-deps
 
@@ -15,15 +17,13 @@ vet:
 fmt:
 	gofmt -l -w .
 
-# The test command of the README: everything a fresh Debian machine needs,
-# then vet, unit and differential tests (the kernel is the oracle: they
-# need root for unshare(CLONE_NEWIPC)), and the race detector.
-# The integration tests (integration/) run the shim under a real containerd
-# and runc (integration-deps installs them); they skip without root and in
-# -short mode.
-test: deps integration-deps vet
-	$(GO) test -count=1 $(PKGS)
-	$(GO) test -count=1 -race -short $(PKGS)
+# The test command of the README (scripts/test.sh): named, timed steps and a
+# summary: deps, runtime-deps (everything a fresh Debian 12 machine needs),
+# vet, unit (unit and differential tests; the kernel is the oracle: they
+# need root for unshare(CLONE_NEWIPC)), integration (the shim under a real
+# containerd and runc; skipped without root) and race (-race -short).
+test:
+	@GO=$(GO) scripts/test.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./semengine/
@@ -49,6 +49,11 @@ integration: integration-deps
 	$(GO) test -count=1 -v ./integration/
 
 # The README's main command: a private containerd running a container whose
-# processes share a semaphore and a message queue under the shim.
-demo: deps integration-deps shim
+# processes share a semaphore and a message queue under the shim. Builds
+# what it needs first (Go modules, runc, containerd + ctr; not the Debian
+# rootfs of the tests).
+demo:
+	@scripts/install-deps.sh go
+	@NO_DEBIAN_ROOTFS=1 scripts/install-runtime-deps.sh
+	@$(MAKE) --no-print-directory shim >/dev/null
 	@scripts/demo.sh

@@ -8,7 +8,8 @@
 #   - as root, with apt (waiting for another apt/dpkg to finish): gcc for
 #     the C test programs and the real System V IPC programs the
 #     differential tests run (stress-ng, perl, python3-sysv-ipc, php-cli).
-# Seconds when everything is there.
+# Seconds when everything is there. `install-deps.sh go`: only Go and the
+# modules (what the demo needs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -62,4 +63,5 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 # An older go (>= 1.21) switches to go.mod's version by itself (GOTOOLCHAIN=auto).
 quiet go-mod go mod download
+[ "${1:-}" = go ] && exit 0
 apt_install gcc libc6-dev stress-ng perl python3 python3-sysv-ipc php-cli

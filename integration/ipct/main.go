@@ -27,6 +27,7 @@ const (
 	semUndo   = 0x1000
 	getPid    = 11
 	getVal    = 12
+	getNcnt   = 14
 	setVal    = 16
 )
 
@@ -173,7 +174,7 @@ func msgKey(s string) int {
 func usage() {
 	fmt.Fprint(os.Stderr, `usage: ipct CMD ARGS
   semget KEY NSEMS [create] [excl]   print the set's id
-  setval KEY NUM VAL | getval KEY NUM | getpid KEY NUM
+  setval KEY NUM VAL | getval KEY NUM | getpid KEY NUM | getncnt KEY NUM
   semop KEY NUM OP [undo] [nowait]  print "ok PID"
   hold KEY NUM                       semop -1 with SEM_UNDO, print "held", sleep
   semrmid ID | semrm KEY
@@ -231,11 +232,14 @@ func main() {
 			die(err)
 		}
 		fmt.Println("ok")
-	case "getval", "getpid":
+	case "getval", "getpid", "getncnt":
 		need(2)
 		cmd := getVal
-		if os.Args[1] == "getpid" {
+		switch os.Args[1] {
+		case "getpid":
 			cmd = getPid
+		case "getncnt":
+			cmd = getNcnt
 		}
 		v, err := semctl(semKey(a[0]), int(num(a[1])), cmd, 0)
 		if err != nil {
