@@ -1,0 +1,216 @@
+// Package deploy holds the node install of the shim (drop-in, installer,
+// RuntimeClass, DaemonSet); its test keeps them valid.
+package deploy
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	toml "github.com/pelletier/go-toml/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// decode strictly decodes the one object of a manifest into out: an
+// unknown or misspelt field fails.
+func decode(t *testing.T, file string, out any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, out); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+// runtimeEntry returns the drop-in's runtimes.ipc table.
+func runtimeEntry(t *testing.T, file string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Version int
+		Plugins map[string]struct {
+			Containerd struct {
+				Runtimes map[string]map[string]any
+			}
+		}
+	}
+	if err := toml.Unmarshal(b, &c); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	if c.Version != 3 {
+		t.Fatalf("%s: version %d, want 3 (containerd 2.x)", file, c.Version)
+	}
+	return c.Plugins["io.containerd.cri.v1.runtime"].Containerd.Runtimes["ipc"]
+}
+
+func TestManifests(t *testing.T) {
+	var rc nodev1.RuntimeClass
+	decode(t, "runtimeclass.yaml", &rc)
+	var ds appsv1.DaemonSet
+	decode(t, "daemonset.yaml", &ds)
+	if rc.APIVersion != "node.k8s.io/v1" || rc.Kind != "RuntimeClass" || ds.APIVersion != "apps/v1" || ds.Kind != "DaemonSet" {
+		t.Fatalf("kinds: %s %s, %s %s", rc.APIVersion, rc.Kind, ds.APIVersion, ds.Kind)
+	}
+	entry := runtimeEntry(t, "containerd-ipc-runtime.toml")
+	if entry == nil || entry["runtime_type"] != "io.containerd.ipc.v2" || entry["runtime_path"] != "/usr/local/bin/containerd-shim-ipc-v2" {
+		t.Fatalf("drop-in runtimes.ipc = %v", entry)
+	}
+	if rc.Handler != "ipc" {
+		t.Errorf("RuntimeClass handler %q, the drop-in defines runtimes.ipc", rc.Handler)
+	}
+	// Pods of the class land only where the DaemonSet installs the shim.
+	sel := ds.Spec.Template.Spec.NodeSelector
+	if rc.Scheduling == nil || len(sel) == 0 || !equalMaps(rc.Scheduling.NodeSelector, sel) {
+		t.Errorf("RuntimeClass nodeSelector %v, DaemonSet nodeSelector %v: must be the same", rc.Scheduling, sel)
+	}
+	for k, v := range sel {
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			t.Errorf("label %s=%s: %v", k, v, errs)
+		}
+	}
+	s, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil || !s.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("DaemonSet selector %v does not match its pods' labels %v (%v)", ds.Spec.Selector, ds.Spec.Template.Labels, err)
+	}
+	ps := ds.Spec.Template.Spec
+	if len(ps.InitContainers) != 1 || len(ps.Containers) != 1 {
+		t.Fatalf("want one init container and one container")
+	}
+	in := ps.InitContainers[0]
+	if in.Command[0] != "/opt/containerd-shim-ipc/install.sh" || strings.Join(in.Command[1:], " ") != "--root /host" ||
+		in.SecurityContext == nil || in.SecurityContext.Privileged == nil || !*in.SecurityContext.Privileged || !ps.HostPID {
+		t.Errorf("installer container: %v (privileged, hostPID needed to restart containerd)", in.Command)
+	}
+	host := false
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == "/" {
+			for _, m := range in.VolumeMounts {
+				host = host || (m.Name == v.Name && m.MountPath == "/host")
+			}
+		}
+	}
+	if !host {
+		t.Error("the host's / is not mounted at /host in the installer")
+	}
+	// The image (deploy/Dockerfile) holds what the commands name.
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/opt/containerd-shim-ipc/", "deploy/install.sh", "deploy/containerd-ipc-runtime.toml", "./cmd/ipcctl", "./cmd/containerd-shim-ipc-v2"} {
+		if !bytes.Contains(df, []byte(want)) {
+			t.Errorf("Dockerfile does not mention %s", want)
+		}
+	}
+	if c := ps.Containers[0]; c.Image != in.Image || c.Command[0] != "/opt/containerd-shim-ipc/ipcctl" {
+		t.Errorf("exporter container %v image %s, installer image %s", c.Command, c.Image, in.Image)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestInstaller runs install.sh against temporary roots (no restart):
+// the files it leaves, the config it leaves for each kind of existing
+// config.toml, and that a second run changes nothing.
+func TestInstaller(t *testing.T) {
+	src := t.TempDir()
+	for _, f := range []string{"containerd-shim-ipc-v2", "ipcctl"} {
+		os.WriteFile(filepath.Join(src, f), []byte("binary "+f), 0o644)
+	}
+	b, _ := os.ReadFile("containerd-ipc-runtime.toml")
+	os.WriteFile(filepath.Join(src, "containerd-ipc-runtime.toml"), b, 0o644)
+	const pat = `"/etc/containerd/conf.d/*.toml"`
+	for _, c := range []struct{ name, config, want string }{
+		{"no config", "", "version = 3\nimports = [" + pat + "]\n"},
+		{"config without imports", "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n",
+			"version = 2\nimports = [" + pat + "]\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n"},
+		{"other imports", "version = 3\nimports = [\"/etc/containerd/other.toml\"]\n",
+			"version = 3\nimports = [" + pat + ", \"/etc/containerd/other.toml\"]\n"},
+		{"already imported", "version = 3\nimports = [" + pat + "]\n", "version = 3\nimports = [" + pat + "]\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			cfg := filepath.Join(root, "etc/containerd/config.toml")
+			if c.config != "" {
+				os.MkdirAll(filepath.Dir(cfg), 0o755)
+				os.WriteFile(cfg, []byte(c.config), 0o644)
+			}
+			run := func() string {
+				out, err := exec.Command("sh", "./install.sh", "--root", root, "--src", src, "--no-restart").CombinedOutput()
+				if err != nil {
+					t.Fatalf("install.sh: %v\n%s", err, out)
+				}
+				return string(out)
+			}
+			first := run()
+			got, _ := os.ReadFile(cfg)
+			if string(got) != c.want {
+				t.Fatalf("config.toml:\n%s\nwant\n%s\n(install.sh said:\n%s)", got, c.want, first)
+			}
+			var parsed map[string]any
+			if err := toml.Unmarshal(got, &parsed); err != nil {
+				t.Fatalf("config.toml is not TOML: %v\n%s", err, got)
+			}
+			if e := runtimeEntry(t, filepath.Join(root, "etc/containerd/conf.d/ipc-runtime.toml")); e["runtime_type"] != "io.containerd.ipc.v2" {
+				t.Fatalf("installed drop-in: %v", e)
+			}
+			for _, f := range []string{"containerd-shim-ipc-v2", "ipcctl"} {
+				st, err := os.Stat(filepath.Join(root, "usr/local/bin", f))
+				if err != nil || st.Mode().Perm() != 0o755 {
+					t.Fatalf("%s: %v %v", f, st, err)
+				}
+			}
+			if !strings.Contains(first, "restart containerd") {
+				t.Errorf("first run does not ask for a restart:\n%s", first)
+			}
+			snap := tree(t, root)
+			if second := run(); strings.TrimSpace(second) != "unchanged" {
+				t.Errorf("second run: %q, want unchanged", second)
+			}
+			if after := tree(t, root); after != snap {
+				t.Errorf("second run changed the tree:\n%s\nthen\n%s", snap, after)
+			}
+		})
+	}
+}
+
+// tree lists every file under root with its mode and contents.
+func tree(t *testing.T, root string) string {
+	var b strings.Builder
+	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		c := ""
+		if fi.Mode().IsRegular() {
+			x, _ := os.ReadFile(p)
+			c = string(x)
+		}
+		b.WriteString(p + " " + fi.Mode().String() + "\n" + c + "\n")
+		return nil
+	})
+	return b.String()
+}

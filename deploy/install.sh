@@ -1,0 +1,75 @@
+#!/bin/sh
+# install.sh [--root DIR] [--src DIR] [--no-restart]
+#
+# Installs the shim on a node (the DaemonSet's init container runs it with
+# the host's / at /host: --root /host):
+#   SRC/containerd-shim-ipc-v2, SRC/ipcctl -> ROOT/usr/local/bin/
+#   SRC/containerd-ipc-runtime.toml        -> ROOT/etc/containerd/conf.d/ipc-runtime.toml
+#   ROOT/etc/containerd/config.toml        imports /etc/containerd/conf.d/*.toml
+#                                          (created with only that if missing)
+# and restarts containerd (systemctl in pid 1's namespaces) when its
+# configuration changed; running containers and their shims keep running.
+# Idempotent: a second run changes nothing and restarts nothing. Prints one
+# line per change and "unchanged" when there was none.
+set -eu
+root=/ src=$(cd "$(dirname "$0")" && pwd) restart=1
+while [ $# -gt 0 ]; do
+  case $1 in
+  --root) root=$2; shift 2 ;;
+  --src) src=$2; shift 2 ;;
+  --no-restart) restart=0; shift ;;
+  *) echo "install.sh: unknown argument $1 (usage: install.sh [--root DIR] [--src DIR] [--no-restart])" >&2; exit 2 ;;
+  esac
+done
+pattern=/etc/containerd/conf.d/*.toml
+changed=0 config=0
+
+# put SRC DEST MODE: installs SRC as DEST unless identical (atomic rename).
+put() {
+  last=0
+  if [ -f "$2" ] && cmp -s "$1" "$2"; then return 0; fi
+  mkdir -p "$(dirname "$2")"
+  cp "$1" "$2.tmp.$$"
+  chmod "$3" "$2.tmp.$$"
+  mv -f "$2.tmp.$$" "$2"
+  echo "installed ${2#"${root%/}"}"
+  changed=1 last=1
+}
+
+for b in containerd-shim-ipc-v2 ipcctl; do
+  [ -f "$src/$b" ] || { echo "install.sh: $src/$b missing" >&2; exit 1; }
+  put "$src/$b" "$root/usr/local/bin/$b" 0755
+done
+put "$src/containerd-ipc-runtime.toml" "$root/etc/containerd/conf.d/ipc-runtime.toml" 0644
+[ $last = 0 ] || config=1
+
+cfg=$root/etc/containerd/config.toml
+if [ ! -f "$cfg" ]; then
+  mkdir -p "$(dirname "$cfg")"
+  printf 'version = 3\nimports = ["%s"]\n' "$pattern" >"$cfg"
+  echo "created /etc/containerd/config.toml importing $pattern"
+  config=1
+elif ! grep -qF "\"$pattern\"" "$cfg"; then
+  cp "$cfg" "$cfg.bak-containerd-shim-ipc"
+  if grep -q '^[[:space:]]*imports[[:space:]]*=' "$cfg"; then
+    # Prepend the pattern to the existing top-level array.
+    sed -i "0,/^[[:space:]]*imports[[:space:]]*=[[:space:]]*\[/s||imports = [\"$pattern\", |" "$cfg"
+  else
+    # A top-level key goes before the first table: right after "version".
+    if grep -q '^version[[:space:]]*=' "$cfg"; then
+      sed -i "0,/^version[[:space:]]*=.*/s||&\nimports = [\"$pattern\"]|" "$cfg"
+    else
+      sed -i "1i imports = [\"$pattern\"]" "$cfg"
+    fi
+  fi
+  echo "added $pattern to the imports of /etc/containerd/config.toml (backup: config.toml.bak-containerd-shim-ipc)"
+  config=1
+fi
+
+if [ $config = 1 ] && [ $restart = 1 ]; then
+  echo "restarting containerd"
+  nsenter -t 1 -m -u -i -n -p -- systemctl restart containerd
+elif [ $config = 1 ]; then
+  echo "containerd's configuration changed: restart containerd"
+fi
+[ $changed = 1 ] || [ $config = 1 ] || echo unchanged
