@@ -61,3 +61,25 @@ func TestRaceSigDebug(t *testing.T) {
 	t.Logf("%v\n%s", time.Since(start), out)
 	logStats(t, g)
 }
+
+// TestExitCausality runs testdata/exitcause.c natively and under the
+// gateway: a process holding SEM_UNDO units, killed asleep (SIGKILL) or
+// exiting by itself, hundreds of times; the parent's waitpid or the EOF
+// of a pipe the child held must find the adjustment applied and the
+// sleeper gone from GETNCNT, every time.
+func TestExitCausality(t *testing.T) {
+	bin := buildC(t, "testdata/exitcause.c")
+	reps := "300"
+	if testing.Short() {
+		reps = "100"
+	}
+	native, err := harness.NativeCommand(bin, reps).Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	out, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, reps)
+	diff(t, native, out)
+	if t.Failed() {
+		logStats(t, g)
+	}
+}
