@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,19 +171,41 @@ echo counter=$(ipct msgrcv 0x2222 1)`
 
 func TestHostIPCNamespaceIsNotTrapped(t *testing.T) {
 	e := need(t)
-	const key = 0x6d6d01
-	// The test's own IPC namespace is the host's (the shim's).
+	// The test's own IPC namespace is the host's (the shim's). Other
+	// programs share it, so the key is one no set has now, and the set is
+	// removed whatever the outcome.
+	key := freeHostSemKey(t)
+	t.Cleanup(func() {
+		if id, _, errno := unix.Syscall(unix.SYS_SEMGET, key, 0, 0); errno == 0 {
+			unix.Syscall6(unix.SYS_SEMCTL, id, 0, 0 /* IPC_RMID */, 0, 0, 0)
+		}
+	})
 	hostNS := "ipc:/proc/" + strconv.Itoa(os.Getpid()) + "/ns/ipc"
-	out := e.run(t, uniq(t, "host"), `ipct semget 0x6d6d01 1 create excl`, opts{extra: []string{"--with-ns", hostNS}})
+	cmd := fmt.Sprintf("ipct semget %#x 1 create excl", key)
+	out := e.run(t, uniq(t, "host"), cmd, opts{extra: []string{"--with-ns", hostNS}})
 	want(t, out, `^\d+\n$`)
-	r, _, errno := unix.Syscall(unix.SYS_SEMGET, key, 0, 0)
-	if errno != 0 {
+	if _, _, errno := unix.Syscall(unix.SYS_SEMGET, key, 0, 0); errno != 0 {
 		t.Fatalf("the host kernel has no set with the key the container made: %v", errno)
 	}
-	unix.Syscall6(unix.SYS_SEMCTL, r, 0, 0 /* IPC_RMID */, 0, 0, 0)
 	if !strings.Contains(e.log(t), "host IPC namespace") {
 		t.Fatal("shim did not log the pass-through")
 	}
+}
+
+// freeHostSemKey returns a key with no semaphore set in the test's IPC
+// namespace.
+func freeHostSemKey(t *testing.T) uintptr {
+	t.Helper()
+	base := uintptr(0x6d6d0000) | uintptr(os.Getpid()&0xffff)
+	for i := uintptr(0); i < 64; i++ {
+		key := base + i<<16
+		_, _, errno := unix.Syscall(unix.SYS_SEMGET, key, 0, 0)
+		if errno == unix.ENOENT {
+			return key
+		}
+	}
+	t.Fatal("no free semaphore key in the host IPC namespace")
+	return 0
 }
 
 func TestRefuseProfileWithListener(t *testing.T) {
