@@ -82,6 +82,16 @@ package gateway
 //   - a handler without SA_RESTART: the kernel already returned EINTR; the
 //     thread's next call is a new call.
 //
+// A report can also arrive between the receiver reading a call and
+// binding it to its thread (a thread's first call, or one read before the
+// previous call's end was recorded): the report finds no call to attach
+// to. It then matches the call just read — same number, arguments and
+// instruction pointer as the restart to come — and that call is gone: the
+// report is the call's own, not that of an earlier call it restarts.
+// restart leaves it in place (keepInterruption) and the restart that
+// follows is answered by it (TestInterruptedBeforeBound puts a signal in
+// that window every time).
+//
 // A thread makes one call at a time: a notification from a thread whose
 // previous call was neither answered nor reported interrupted means that
 // one vanished with no signal taken by the thread (a group stop begun by

@@ -1,7 +1,45 @@
 package gateway
 
+import "time"
+
 var CapEff = capEff
 
 // NewTestTask returns a Task for thread tid that can only read and write
 // the thread's memory: for the memory tests.
 func NewTestTask(tid int) *Task { return &Task{Tid: tid, pidfd: -1} }
+
+// SetDispatchHook makes f run in the receiver after each call is
+// identified and before it is bound to its thread; the returned func
+// removes it.
+func SetDispatchHook(f func(r *Request)) func() {
+	dispatchHook.Store(&f)
+	return func() { dispatchHook.Store(nil) }
+}
+
+// AwaitInterruption applies the kernel's reports until one says that
+// thread tid's call was interrupted, or limit passes; it reports which.
+func (g *Gateway) AwaitInterruption(tid int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		g.syncEvents()
+		g.evMu.Lock()
+		in := g.pendingIntr(g.lookup(tid), tid)
+		g.evMu.Unlock()
+		if in != nil && in.evented {
+			return true
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return false
+}
+
+// FirstCall reports whether r is the first call the gateway received from
+// its thread.
+func (r *Request) FirstCall() bool { return !r.cached }
+
+// AwaitInterruption applies the kernel's reports until one says that r's
+// thread was interrupted in a trapped call, or limit passes; it reports
+// which.
+func (r *Request) AwaitInterruption(limit time.Duration) bool {
+	return r.g.AwaitInterruption(r.Task.Tid, limit)
+}

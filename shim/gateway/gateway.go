@@ -346,11 +346,19 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 	}
 	r := &Request{Notif: *n, Sysno: sys, Task: t, g: g, ls: ls, recvSeq: g.seqNow.Load(), cached: cached}
 	g.observeStart(r)
+	if h := dispatchHook.Load(); h != nil {
+		(*h)(r)
+	}
 	if g.restart(r) {
 		return
 	}
 	g.h.Handle(r)
 }
+
+// dispatchHook, if set, runs in the receiver after a call was identified
+// and before it is bound to its thread: tests use it to put a signal in
+// that window.
+var dispatchHook atomic.Pointer[func(*Request)]
 
 // restart makes r the thread's call and, if it is the kernel's restart
 // of the thread's interrupted call, answers it as the native call would
@@ -402,7 +410,19 @@ func (g *Gateway) restart(r *Request) bool {
 		g.Stats.Interrupted.Add(1)
 		cancel.Cancel()
 	}
-	if in == nil || !in.restarts() || !in.matches(r) {
+	if in == nil || !in.matches(r) {
+		return false
+	}
+	if in.call == nil && r.Valid() != nil {
+		// The kernel reported an interruption of a call the gateway had
+		// not bound to the thread yet, and r is gone: the interruption is
+		// r's own (it came between RECV and now; it would match r, its
+		// restart has r's registers), not that of a call r restarts. It
+		// stays for the restart, which follows.
+		g.keepInterruption(r, taken)
+		return true
+	}
+	if !in.restarts() {
 		return false
 	}
 	switch r.Sysno {
@@ -427,6 +447,25 @@ func (g *Gateway) restart(r *Request) bool {
 	g.Stats.Restarts.Add(1)
 	r.Reply(0, unix.EINTR)
 	return true
+}
+
+// keepInterruption undoes restart's binding of r, a call found gone, to
+// its thread, and gives back the interruption restart took: it is r's,
+// and the thread's next call is r's restart. A later report about the
+// thread (applied meanwhile) wins.
+func (g *Gateway) keepInterruption(r *Request, in *interruption) {
+	t := r.Task
+	r.gone.Store(true)
+	g.evMu.Lock()
+	t.mu.Lock()
+	if t.call == r {
+		t.call = nil
+	}
+	if t.intr == nil {
+		t.intr = in
+	}
+	t.mu.Unlock()
+	g.evMu.Unlock()
 }
 
 // Null answers every call with 0 at once, after identifying the caller:
