@@ -45,6 +45,18 @@ func (t *Task) WriteMem(addr uint64, b []byte) error {
 // process_vm_writev (msgrcv's mtype and text). It returns the number of
 // bytes written and EFAULT if not all were.
 func (t *Task) WriteMem2(addr uint64, a, b []byte) (int, error) {
+	return t.vmIO2(addr, a, b, true)
+}
+
+// ReadMem2 fills a then b from addr with one process_vm_readv (msgsnd's
+// mtype and text, each in a buffer of its own size: the text is kept as
+// the message). Like ReadMem, a partial copy is EFAULT.
+func (t *Task) ReadMem2(addr uint64, a, b []byte) error {
+	_, err := t.vmIO2(addr, a, b, false)
+	return err
+}
+
+func (t *Task) vmIO2(addr uint64, a, b []byte, write bool) (int, error) {
 	n := len(a) + len(b)
 	if n == 0 {
 		return 0, nil
@@ -60,7 +72,11 @@ func (t *Task) WriteMem2(addr uint64, a, b []byte) (int, error) {
 		liov[1].Base = &b[0]
 	}
 	riov := unix.RemoteIovec{Base: uintptr(addr), Len: n}
-	r, _, errno := unix.Syscall6(unix.SYS_PROCESS_VM_WRITEV, uintptr(t.Tid),
+	nr := uintptr(unix.SYS_PROCESS_VM_READV)
+	if write {
+		nr = unix.SYS_PROCESS_VM_WRITEV
+	}
+	r, _, errno := unix.Syscall6(nr, uintptr(t.Tid),
 		uintptr(unsafe.Pointer(&liov[0])), 2, uintptr(unsafe.Pointer(&riov)), 1, 0)
 	if errno != 0 {
 		return 0, unix.EFAULT

@@ -54,10 +54,14 @@ func (n *Engines) msgsnd(r *Request) {
 	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(eng.Resources().Limits().MsgMax)) {
 		// One copy of mtype and text; the order of the errors only
 		// matters when it fails, and then the slow path below redoes it.
-		buf := make([]byte, mtypeSize+msgsz)
-		if r.Task.ReadMem(msgp, buf) == nil {
-			mtype = int64(binary.LittleEndian.Uint64(buf))
-			data = buf[mtypeSize:]
+		// The text gets a buffer of its own: it is what the queue keeps
+		// (and what is charged to the pod), with no mtype rounding its
+		// allocation up to the next size class (8200 bytes take 9472).
+		var h [mtypeSize]byte
+		buf := make([]byte, msgsz)
+		if r.Task.ReadMem2(msgp, h[:], buf) == nil {
+			mtype = int64(binary.LittleEndian.Uint64(h[:]))
+			data = buf
 		}
 	}
 	if data == nil {
