@@ -15,10 +15,15 @@ import (
 
 	"github.com/containerd/containerd/v2/pkg/shim"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/task"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == memcharge.HelperArg {
+		// A ballast's helper, in a pod's memory cgroup (shim/memcharge).
+		os.Exit(memcharge.HelperMain())
+	}
 	if versionArg(os.Args[1:]) {
 		bi, ok := debug.ReadBuildInfo()
 		printVersion(os.Stdout, filepath.Base(os.Args[0]), bi, ok)

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,15 +26,24 @@ type EngineTable struct {
 	// OnCreate and OnFree, if set, are called (with the mapping locked)
 	// when an engine namespace of a container is made and freed.
 	OnCreate, OnFree func(ino uint64)
+	// ChargePods makes each engine namespace charge what its objects
+	// hold to the memory cgroup of its containers (memcharge).
+	ChargePods bool
 
 	mu    sync.RWMutex
 	ctrs  map[string]*member
 	byIno map[uint64]*servedNamespace
+	// nested holds the ballasts of namespaces not a container's, by the
+	// memory cgroup (cgroup.procs file) of the processes that made them.
+	nested map[string]*memcharge.Ballast
 }
 
 type member struct {
 	limits ipcns.Limits
 	ino    uint64 // 0 until runc sent the container's listener
+	// cgroup is the cgroup.procs file of the container's memory cgroup
+	// (with ChargePods), read when its first listener came.
+	cgroup string
 	// foreign marks a container of another shim process that joined an
 	// IPC namespace this shim serves (its runc was given this shim's
 	// socket). This shim never sees its Delete: it is a member while its
@@ -47,6 +58,53 @@ type servedNamespace struct {
 	eng     *gateway.Engines
 	limits  ipcns.Limits
 	members map[string]struct{}
+	// ballast charges the engines' bytes to the pod's memory cgroup; nil
+	// unless EngineTable.ChargePods.
+	ballast *memcharge.Ballast
+
+	// hostMu protects hosts: the containers (in the order they came) and
+	// one process of each whose memory cgroup can take the ballast's
+	// helper. It is taken under the ballast's lock, and takes no other.
+	hostMu sync.Mutex
+	hosts  []hostProcess
+}
+
+type hostProcess struct {
+	container string
+	procs     string // the cgroup.procs file of its memory cgroup
+}
+
+// host is the namespace's memcharge.Host: the memory cgroup of its
+// earliest container not deleted (a pod's sandbox).
+func (e *servedNamespace) host() (string, []string, error) {
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
+	if len(e.hosts) == 0 {
+		return "", nil, errors.New("no container left")
+	}
+	return e.hosts[0].container, []string{e.hosts[0].procs}, nil
+}
+
+func (e *servedNamespace) addHost(container, procs string) {
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
+	for _, h := range e.hosts {
+		if h.container == container {
+			return
+		}
+	}
+	e.hosts = append(e.hosts, hostProcess{container, procs})
+}
+
+func (e *servedNamespace) removeHost(container string) {
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
+	for i, h := range e.hosts {
+		if h.container == container {
+			e.hosts = append(e.hosts[:i], e.hosts[i+1:]...)
+			return
+		}
+	}
 }
 
 // NewNamespaces returns an empty mapping.
@@ -68,10 +126,10 @@ func (n *EngineTable) Prepare(id string, l ipcns.Limits) {
 	n.ctrs[id] = &member{limits: l}
 }
 
-// Attach binds container id to the kernel IPC namespace ino (its init's
-// or an exec'd process's), making the engine namespace if it is the
-// first. It reports whether the namespace is new.
-func (n *EngineTable) Attach(id string, ino uint64) bool {
+// Attach binds container id to the kernel IPC namespace ino of its
+// process pid (its init, or an exec'd process), making the engine
+// namespace if it is the first. It reports whether the namespace is new.
+func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	m := n.ctrs[id]
@@ -93,7 +151,7 @@ func (n *EngineTable) Attach(id string, ino uint64) bool {
 	e := n.byIno[ino]
 	created := e == nil
 	if created {
-		e = newServedNamespace(ino, m.limits)
+		e = n.newServedNamespace(ino, m.limits)
 		n.byIno[ino] = e
 		if n.OnCreate != nil {
 			n.OnCreate(ino)
@@ -104,12 +162,76 @@ func (n *EngineTable) Attach(id string, ino uint64) bool {
 		n.logf("container %s joins IPC namespace %d whose limits were set by its first container; its own sysctls are not applied", id, ino)
 	}
 	e.members[id] = struct{}{}
+	if n.ChargePods && m.cgroup == "" && pid > 0 {
+		var err error
+		if m.cgroup, err = memcharge.MemoryCgroup(pid); err != nil {
+			n.logf("container %s: memory cgroup of pid %d: %v", id, pid, err)
+		}
+	}
+	if m.cgroup != "" {
+		e.addHost(id, m.cgroup)
+	}
 	return created
 }
 
-func newServedNamespace(ino uint64, l ipcns.Limits) *servedNamespace {
-	eng := gateway.NewEngines("ipc:"+strconv.FormatUint(ino, 10), l)
-	return &servedNamespace{eng: eng, limits: l, members: map[string]struct{}{}}
+// newServedNamespace makes the engines of a container's kernel IPC
+// namespace ino and, with ChargePods, their ballast.
+func (n *EngineTable) newServedNamespace(ino uint64, l ipcns.Limits) *servedNamespace {
+	name := "ipc:" + strconv.FormatUint(ino, 10)
+	e := &servedNamespace{eng: gateway.NewEngines(name, l), limits: l, members: map[string]struct{}{}}
+	if !n.ChargePods {
+		return e
+	}
+	b, err := memcharge.New(name, e.host, n.Logf)
+	if err == nil {
+		err = e.eng.Sem().Resources().SetAccount(b)
+	}
+	if err != nil {
+		n.logf("IPC namespace %d: objects not charged to the pod: %v", ino, err)
+		return e
+	}
+	e.ballast = b
+	return e
+}
+
+// nestedBallastLocked returns the ballast of the namespaces that the
+// processes of memory cgroup procs made themselves (unshare -i): one per
+// cgroup, so one helper however many namespaces it makes.
+func (n *EngineTable) nestedBallastLocked(procs string) *memcharge.Ballast {
+	if b := n.nested[procs]; b != nil {
+		return b
+	}
+	b, err := memcharge.New("nested", func() (string, []string, error) { return "", []string{procs}, nil }, n.Logf)
+	if err != nil {
+		n.logf("namespaces made in %s: objects not charged to the pod: %v", procs, err)
+		return nil
+	}
+	if n.nested == nil {
+		n.nested = map[string]*memcharge.Ballast{}
+	}
+	n.nested[procs] = b
+	return b
+}
+
+// Evict makes container id's memory cgroup removable: the ballast's
+// helper, if there, leaves it (runc deletes the cgroup with the
+// container). Call it before the container is deleted.
+func (n *EngineTable) Evict(id string) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	m := n.ctrs[id]
+	if m == nil {
+		return
+	}
+	if e := n.byIno[m.ino]; e != nil {
+		e.removeHost(id)
+		if e.ballast != nil {
+			e.ballast.Evict(id)
+		}
+	}
+	if b := n.nested[m.cgroup]; b != nil {
+		b.Evict("")
+	}
 }
 
 // Remove forgets container id; when it was the last container of its
@@ -136,6 +258,9 @@ func (n *EngineTable) removeLocked(id string) uint64 {
 		return 0
 	}
 	delete(n.byIno, m.ino)
+	if e.ballast != nil {
+		e.ballast.Close()
+	}
 	if n.OnFree != nil {
 		n.OnFree(m.ino)
 	}
@@ -201,7 +326,7 @@ func (n *EngineTable) Len() int {
 // process that made an IPC namespace of its own inside a container
 // (unshare -i) gets a fresh one with Linux's defaults, as from the
 // kernel; it lives as long as the shim.
-func (n *EngineTable) engines(ino uint64) *gateway.Engines {
+func (n *EngineTable) engines(ino uint64, caller int) *gateway.Engines {
 	n.mu.RLock()
 	e := n.byIno[ino]
 	n.mu.RUnlock()
@@ -211,7 +336,16 @@ func (n *EngineTable) engines(ino uint64) *gateway.Engines {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if e = n.byIno[ino]; e == nil {
-		e = newServedNamespace(ino, ipcns.DefaultLimits())
+		name := "ipc:" + strconv.FormatUint(ino, 10)
+		e = &servedNamespace{eng: gateway.NewEngines(name, ipcns.DefaultLimits()), limits: ipcns.DefaultLimits(), members: map[string]struct{}{}}
+		if n.ChargePods {
+			// Charged to the memory cgroup of the process that made it.
+			if procs, err := memcharge.MemoryCgroup(caller); err != nil {
+				n.logf("IPC namespace %d: objects not charged: memory cgroup of pid %d: %v", ino, caller, err)
+			} else if b := n.nestedBallastLocked(procs); b != nil {
+				_ = e.eng.Sem().Resources().SetAccount(b)
+			}
+		}
 		n.byIno[ino] = e
 		n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
 	}
@@ -219,7 +353,7 @@ func (n *EngineTable) engines(ino uint64) *gateway.Engines {
 }
 
 // Handle serves one trapped call (gateway.Handler).
-func (n *EngineTable) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS).Handle(r) }
+func (n *EngineTable) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS, r.Task.Tgid).Handle(r) }
 
 // Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
 func (n *EngineTable) Exit(pid *ipcns.Pid) {

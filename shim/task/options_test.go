@@ -56,11 +56,11 @@ func TestNamespacesLifecycle(t *testing.T) {
 	n := NewEngineTable()
 	n.Prepare("a", ipcDefault())
 	n.Prepare("b", ipcDefault())
-	if !n.Attach("a", 100) || n.Attach("b", 100) || n.Attach("a", 100) {
+	if !n.Attach("a", 100, 0) || n.Attach("b", 100, 0) || n.Attach("a", 100, 0) {
 		t.Fatal("a pod's containers share one namespace")
 	}
 	n.Prepare("c", ipcDefault())
-	n.Attach("c", 200)
+	n.Attach("c", 200, 0)
 	if n.Len() != 2 {
 		t.Fatal(n.Len())
 	}

@@ -62,6 +62,7 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 	}
 	ns := NewEngineTable()
 	ns.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
+	ns.ChargePods = true
 	gw, err := gateway.New(ctx, ns)
 	if err != nil {
 		return nil, fmt.Errorf("io.containerd.ipc.v2: start the IPC gateway: %w", err)
@@ -154,7 +155,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 		return err
 	}
 	foreign := !s.ns.Local(id)
-	s.ns.Attach(id, ino)
+	s.ns.Attach(id, ino, pid)
 	s.noteProcess(id, pid)
 	log.G(ctx).WithField("container", id).Debugf("serving seccomp listener of pid %d (status %s), IPC namespace %d", pid, m.State.State.Status, ino)
 	go func() {
@@ -326,6 +327,9 @@ func orNew(p string) string {
 // Delete deletes a process; deleting a container frees its engine
 // namespace when it was the last member.
 func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	if r.ExecID == "" {
+		s.ns.Evict(r.ID) // runc removes the container's cgroup
+	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
 		s.view.Detach(r.ID)

@@ -1,0 +1,142 @@
+package memcharge
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// HelperArg is the argument that makes the shim's binary run HelperMain.
+const HelperArg = "memcharge-helper"
+
+// helper is a process in a pod's memory cgroup that allocates a ballast's
+// pages on the shim's request.
+type helper struct {
+	container string
+	cmd       *exec.Cmd
+	conn      *os.File // the shim's end of a SOCK_SEQPACKET pair
+}
+
+// startHelper starts a helper with memfd, puts it in the cgroup host
+// names, and protects it from the pod's OOM killer. The helper allocates
+// nothing before it is told to, so every page it allocates is the pod's.
+func startHelper(memfd int, host Host) (*helper, error) {
+	container, procs, err := host()
+	if err != nil {
+		return nil, err
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "memcharge"), os.NewFile(uintptr(fds[1]), "memcharge-helper")
+	defer theirs.Close()
+	dup, err := unix.FcntlInt(uintptr(memfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		mine.Close()
+		return nil, fmt.Errorf("dup the ballast: %w", err)
+	}
+	mf := os.NewFile(uintptr(dup), "ballast")
+	defer mf.Close()
+	cmd := exec.Command(exe(), HelperArg)
+	cmd.ExtraFiles = []*os.File{mf, theirs} // fds 3 and 4
+	cmd.Env = []string{"GOMAXPROCS=1", "GOGC=off"}
+	// No Pdeathsig: it is tied to the forking thread, which Go may end
+	// (a locked goroutine's); the helper ends when the shim's end of its
+	// socket closes, as it does when the shim dies.
+	if err := cmd.Start(); err != nil {
+		mine.Close()
+		return nil, fmt.Errorf("start %s %s: %w", cmd.Path, HelperArg, err)
+	}
+	h := &helper{container: container, cmd: cmd, conn: mine}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	// Without CAP_SYS_RESOURCE the helper keeps the shim's score (which
+	// containerd sets for its shims); its few pages of its own make it
+	// the pod OOM killer's last choice anyway (the ballast is not mapped,
+	// so not counted against it).
+	_ = os.WriteFile("/proc/"+pid+"/oom_score_adj", []byte("-1000"), 0)
+	for _, p := range procs {
+		if err := os.WriteFile(p, []byte(pid), 0); err != nil {
+			h.stop()
+			return nil, fmt.Errorf("move the helper into %s: %w", p, err)
+		}
+	}
+	return h, nil
+}
+
+// errDiedAllocating: the helper ended between a request and its answer.
+var errDiedAllocating = errors.New("memcharge helper ended while allocating")
+
+// allocate has the helper allocate length bytes of the ballast from off.
+// It returns the helper's errno (unix.ENOMEM: the pod's cgroup is full),
+// or another error if the helper is gone.
+func (h *helper) allocate(off, length int64) error {
+	var req [16]byte
+	binary.LittleEndian.PutUint64(req[0:], uint64(off))
+	binary.LittleEndian.PutUint64(req[8:], uint64(length))
+	if _, err := h.conn.Write(req[:]); err != nil {
+		return fmt.Errorf("memcharge helper: %w", err)
+	}
+	var resp [4]byte
+	if n, err := h.conn.Read(resp[:]); err != nil || n != 4 {
+		// It died allocating: with no -1000 score (no CAP_SYS_RESOURCE)
+		// the pod's OOM killer can take it when nothing bigger is left.
+		return fmt.Errorf("%w (%d bytes, %v)", errDiedAllocating, n, err)
+	}
+	if e := syscall.Errno(binary.LittleEndian.Uint32(resp[:])); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// stop kills the helper and reaps it.
+func (h *helper) stop() {
+	h.conn.Close()
+	_ = h.cmd.Process.Kill()
+	_ = h.cmd.Wait()
+}
+
+// HelperMain is the helper's body, run by the shim's binary when its first
+// argument is HelperArg: fd 3 is the ballast, fd 4 the shim's socket. Each
+// request (offset, length: two little-endian uint64) is answered with the
+// errno of fallocate (0 on success). It returns when the shim closes the
+// socket.
+func HelperMain() int {
+	runtime.GOMAXPROCS(1)
+	var req [16]byte
+	for {
+		n, err := unix.Read(4, req[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != len(req) {
+			return 0
+		}
+		off := int64(binary.LittleEndian.Uint64(req[0:]))
+		length := int64(binary.LittleEndian.Uint64(req[8:]))
+		var errno uint32
+		for {
+			err = unix.Fallocate(3, 0, off, length)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		if e, ok := err.(syscall.Errno); ok {
+			errno = uint32(e)
+		} else if err != nil {
+			errno = uint32(unix.EIO)
+		}
+		var resp [4]byte
+		binary.LittleEndian.PutUint32(resp[:], errno)
+		if _, err := unix.Write(4, resp[:]); err != nil {
+			return 0
+		}
+	}
+}

@@ -1,0 +1,209 @@
+// Package memcharge makes the memory an engine namespace's objects hold
+// count in the memory cgroup of the pod that owns the namespace.
+//
+// Linux charges sem_array, sem_undo and msg_msg to the memory cgroup of
+// the task that allocates them (GFP_KERNEL_ACCOUNT): a container that
+// fills queues is refused, or OOM-killed, within its own limit. The
+// engines live in the shim, which runs in containerd's cgroup, so their
+// bytes would escape the pod. A Ballast puts the same number of bytes,
+// rounded up to a granule, into the pod's cgroup: a memfd held by the
+// shim, grown by a helper process (the shim's own binary, see HelperMain)
+// that sits in the pod's cgroup. Memory cgroups charge a shmem page to the
+// cgroup of the process that allocates it (mm/memcontrol.c:
+// get_mem_cgroup_from_mm of current), and the page stays charged there
+// while the file holds it — also after the helper exits, as a kernel IPC
+// object stays charged after its creator exits. Shrinking is a truncate
+// by the shim, which uncharges wherever the pages were charged.
+//
+// So the pod's memory.current (memory.usage_in_bytes on cgroup v1) counts
+// what its namespace holds in the shim, within one granule and a slack
+// granule, and when the pod is at its limit the helper's fallocate does
+// what the kernel's allocation would: memory reclaim in the pod, the
+// pod's OOM killer choosing among the pod's processes (the helper has
+// oom_score_adj -1000), and ENOMEM when nothing can be freed — which the
+// engines answer as Linux does (ipcns.ErrNoMemory).
+//
+// The helper is a process in the pod's cgroup: it must leave before the
+// cgroup is removed (Evict, called before runc deletes the container
+// hosting it); the next growth starts a helper in the cgroup of another
+// container of the namespace.
+package memcharge
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+)
+
+// Granule is the unit in which a Ballast grows and shrinks: a charge is
+// one helper round trip (tens of µs) per Granule of objects, not per
+// message.
+const Granule = 256 << 10
+
+// Host says where a Ballast's helper goes: the cgroup.procs files of a
+// member container's cgroup (one per hierarchy that has the memory
+// controller) and the container's id, for Evict.
+type Host func() (container string, procs []string, err error)
+
+// Ballast is an ipcns.Account whose charges are real pages in the pod's
+// memory cgroup.
+type Ballast struct {
+	host Host
+	logf func(format string, args ...any)
+
+	// mu protects the fields below; it is held across a helper round trip
+	// (the namespace's charges wait for it, as the kernel's allocation
+	// waits for reclaim).
+	mu      sync.Mutex
+	memfd   int   // the ballast's pages; -1 once closed
+	size    int64 // bytes allocated in memfd
+	charged int64 // bytes the namespace holds
+	helper  *helper
+	// unbacked is set when no helper could be started: charges are then
+	// counted but not backed (logged once).
+	unbacked bool
+}
+
+// New returns a Ballast whose helpers go where host says. logf reports
+// helper failures; nil discards them.
+func New(name string, host Host, logf func(format string, args ...any)) (*Ballast, error) {
+	fd, err := unix.MemfdCreate("ipc-ballast:"+name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	return &Ballast{host: host, logf: logf, memfd: fd}, nil
+}
+
+// Charge adds n bytes; it fails with ipcns.ErrNoMemory if the pod's
+// memory cgroup cannot hold them.
+func (b *Ballast) Charge(n int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := b.charged + n
+	if want > b.size && b.memfd >= 0 && !b.unbacked {
+		if err := b.growLocked(roundUp(want) + Granule); err != nil {
+			return err
+		}
+	}
+	b.charged = want
+	return nil
+}
+
+// Uncharge gives n bytes back; the ballast shrinks once it holds more
+// than three granules beyond the charge.
+func (b *Ballast) Uncharge(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.charged -= n
+	if b.memfd >= 0 && b.size-b.charged > 3*Granule {
+		size := roundUp(b.charged) + Granule
+		if err := unix.Ftruncate(b.memfd, size); err != nil {
+			b.logf("memcharge: shrink the ballast to %d bytes: %v", size, err)
+			return
+		}
+		b.size = size
+	}
+}
+
+// growLocked makes the ballast size bytes, allocated in the pod's cgroup.
+// A helper that is gone (killed with its container's processes, evicted)
+// or dies allocating is replaced once: if the second one dies allocating
+// too, it was the pod's OOM killer's last choice and the charge is
+// refused.
+func (b *Ballast) growLocked(size int64) error {
+	for attempt := 0; ; attempt++ {
+		if b.helper == nil {
+			h, err := startHelper(b.memfd, b.host)
+			if err != nil {
+				b.logf("memcharge: no helper in the pod's memory cgroup (%v): the namespace's objects are counted, not charged to the pod", err)
+				b.unbacked = true
+				return nil
+			}
+			b.helper = h
+		}
+		err := b.helper.allocate(b.size, size-b.size)
+		if err == nil {
+			b.size = size
+			return nil
+		}
+		// fallocate undoes a partial allocation; the trim covers a
+		// helper killed midway.
+		_ = unix.Ftruncate(b.memfd, b.size)
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
+			// The pod's cgroup is full and its OOM killer freed nothing.
+			return ipcns.ErrNoMemory
+		}
+		b.helper.stop()
+		b.helper = nil
+		if attempt == 0 {
+			continue
+		}
+		if errors.Is(err, errDiedAllocating) {
+			return ipcns.ErrNoMemory
+		}
+		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod", err)
+		b.unbacked = true
+		return nil
+	}
+}
+
+// Evict stops the helper if it sits in container's cgroup: call it before
+// that cgroup is removed. The pages it allocated stay charged there.
+func (b *Ballast) Evict(container string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.helper != nil && b.helper.container == container {
+		b.helper.stop()
+		b.helper = nil
+	}
+}
+
+// Close stops the helper and frees the ballast.
+func (b *Ballast) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.helper != nil {
+		b.helper.stop()
+		b.helper = nil
+	}
+	if b.memfd < 0 {
+		return nil
+	}
+	err := unix.Close(b.memfd)
+	b.memfd, b.size = -1, 0
+	return err
+}
+
+// Usage reports the bytes the namespace holds and the bytes the ballast
+// holds in the pod's cgroup.
+func (b *Ballast) Usage() (charged, held int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.charged, b.size
+}
+
+// Backed reports whether charges reach the pod's cgroup (false once no
+// helper could be started).
+func (b *Ballast) Backed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.unbacked
+}
+
+func roundUp(n int64) int64 { return (n + Granule - 1) / Granule * Granule }
+
+// exe is the binary started as a helper: the running shim's own.
+var exe = func() string {
+	if p, err := os.Executable(); err == nil {
+		return p
+	}
+	return "/proc/self/exe"
+}

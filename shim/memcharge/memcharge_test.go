@@ -1,0 +1,202 @@
+package memcharge
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == HelperArg {
+		os.Exit(HelperMain())
+	}
+	os.Exit(m.Run())
+}
+
+// testCgroup makes a memory cgroup limited to limit bytes beside the
+// shim's and returns its directory and its usage file.
+func testCgroup(t *testing.T, limit int64) (dir, usage string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a memory cgroup")
+	}
+	procs, err := MemoryCgroup(os.Getpid())
+	if err != nil {
+		t.Skipf("no memory cgroup: %v", err)
+	}
+	mine := filepath.Dir(procs)
+	dir = filepath.Join(mine, "memcharge-test-"+strconv.Itoa(os.Getpid())+"-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("make a memory cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	limitFile, usageFile := "memory.max", "memory.current"
+	if _, err := os.Stat(filepath.Join(dir, "memory.limit_in_bytes")); err == nil {
+		limitFile, usageFile = "memory.limit_in_bytes", "memory.usage_in_bytes"
+	}
+	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		t.Skipf("limit a memory cgroup: %v", err)
+	}
+	return dir, filepath.Join(dir, usageFile)
+}
+
+func readInt(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func newBallast(t *testing.T, dir string) *Ballast {
+	t.Helper()
+	b, err := New(t.Name(), func() (string, []string, error) {
+		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+	}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// A charge is in the cgroup's usage, within the granules of slack, and
+// leaves it when uncharged.
+func TestChargeReachesCgroup(t *testing.T) {
+	dir, usage := testCgroup(t, 256<<20)
+	b := newBallast(t, dir)
+	before := readInt(t, usage)
+	const n = 16 << 20
+	for i := 0; i < n/4096; i++ { // as messages would come
+		if err := b.Charge(4096); err != nil {
+			t.Fatalf("charge %d: %v", i, err)
+		}
+	}
+	got := readInt(t, usage) - before
+	if got < n || got > n+2*Granule+8<<20 { // the helper's own pages: a few MiB at most
+		t.Fatalf("cgroup usage grew by %d bytes for %d charged", got, n)
+	}
+	if !b.Backed() {
+		t.Fatal("charges not backed")
+	}
+	for i := 0; i < n/4096; i++ {
+		b.Uncharge(4096)
+	}
+	if charged, held := b.Usage(); charged != 0 || held > 4*Granule {
+		t.Fatalf("after uncharging all: charged %d, ballast %d", charged, held)
+	}
+	if after := readInt(t, usage) - before; after > 4*Granule+8<<20 {
+		t.Fatalf("cgroup usage still %d bytes above its start", after)
+	}
+}
+
+// At the cgroup's limit with nothing the OOM killer may take, a charge
+// fails with ipcns.ErrNoMemory, and the ballast gives back what it had
+// started to take.
+func TestChargeRefusedAtLimit(t *testing.T) {
+	const limit = 32 << 20
+	dir, _ := testCgroup(t, limit)
+	b := newBallast(t, dir)
+	var err error
+	total := int64(0)
+	for total < 2*limit {
+		if err = b.Charge(1 << 20); err != nil {
+			break
+		}
+		total += 1 << 20
+	}
+	if !errors.Is(err, ipcns.ErrNoMemory) {
+		t.Fatalf("charged %d bytes into a %d-byte cgroup; last error %v", total, limit, err)
+	}
+	if total < limit/2 {
+		t.Fatalf("refused after only %d bytes", total)
+	}
+	if charged, held := b.Usage(); charged != total || held > limit {
+		t.Fatalf("charged %d (want %d), ballast %d", charged, total, held)
+	}
+	// Room again after an uncharge.
+	for i := 0; i < 8; i++ {
+		b.Uncharge(1 << 20)
+	}
+	if err := b.Charge(1 << 20); err != nil {
+		t.Fatalf("charge after uncharging 8 MiB: %v", err)
+	}
+}
+
+// A helper killed (with its container's processes) is replaced at the
+// next growth; Evict stops the helper of the container named.
+func TestHelperReplaced(t *testing.T) {
+	dir, usage := testCgroup(t, 256<<20)
+	b := newBallast(t, dir)
+	if err := b.Charge(Granule); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	first := b.helper.cmd.Process
+	b.mu.Unlock()
+	first.Kill()
+	first.Wait()
+	before := readInt(t, usage)
+	if err := b.Charge(8 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if grew := readInt(t, usage) - before; grew < 8<<20-2*Granule {
+		t.Fatalf("usage grew by %d after the helper was replaced", grew)
+	}
+	b.Evict("other")
+	b.mu.Lock()
+	h := b.helper
+	b.mu.Unlock()
+	if h == nil || h.cmd.Process.Pid == first.Pid {
+		t.Fatal("no new helper, or Evict of another container stopped it")
+	}
+	b.Evict("ctr")
+	b.mu.Lock()
+	h = b.helper
+	b.mu.Unlock()
+	if h != nil {
+		t.Fatal("Evict left the helper")
+	}
+	// The cgroup can be removed now: the helper left it.
+	if err := os.Remove(dir); err != nil {
+		t.Fatalf("cgroup not removable after Evict: %v", err)
+	}
+}
+
+func TestMemoryCgroupParse(t *testing.T) {
+	d := t.TempDir()
+	mi := filepath.Join(d, "mountinfo")
+	cg := filepath.Join(d, "cgroup")
+	mem := filepath.Join(d, "mem")
+	uni := filepath.Join(d, "uni")
+	for _, p := range []string{filepath.Join(mem, "a b", "c"), filepath.Join(uni, "x")} {
+		os.MkdirAll(p, 0o755)
+		os.WriteFile(filepath.Join(p, "cgroup.procs"), nil, 0o644)
+	}
+	os.WriteFile(mi, []byte("35 31 0:32 / "+mem+" rw - cgroup cgroup rw,memory\n41 31 0:38 / "+uni+" rw - cgroup2 cgroup2 rw\n"), 0o644)
+	os.WriteFile(cg, []byte("4:memory:/a b/c\n0::/x\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err != nil || p != filepath.Join(mem, "a b", "c", "cgroup.procs") {
+		t.Fatalf("v1: %q, %v", p, err)
+	}
+	os.WriteFile(cg, []byte("0::/x\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err != nil || p != filepath.Join(uni, "x", "cgroup.procs") {
+		t.Fatalf("v2: %q, %v", p, err)
+	}
+	os.WriteFile(mi, []byte(`41 31 0:38 /x `+uni+`/with\040space rw - cgroup2 cgroup2 rw`+"\n"), 0o644)
+	os.MkdirAll(filepath.Join(uni, "with space", "y"), 0o755)
+	os.WriteFile(filepath.Join(uni, "with space", "y", "cgroup.procs"), nil, 0o644)
+	os.WriteFile(cg, []byte("0::/x/y\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err != nil || p != filepath.Join(uni, "with space", "y", "cgroup.procs") {
+		t.Fatalf("v2 below a mounted root: %q, %v", p, err)
+	}
+}
