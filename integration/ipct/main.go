@@ -186,6 +186,9 @@ func usage() {
                                      semget KEY again; one line per step
   pid                                print the caller's pid
   now                                print the time in ns since the epoch
+  fill SIZE MAXBYTES                 private queues filled with SIZE-byte messages
+                                     (IPC_NOWAIT) until an error or MAXBYTES queued;
+                                     "queued N" per MiB, then "stopped N ERR/ok"
   worker SEMKEY MSGKEY N             N times: lock, take the counter from the
                                      queue, put it back plus one, unlock
 `)
@@ -319,6 +322,9 @@ func main() {
 			die(err)
 		}
 		fmt.Println("ok")
+	case "fill":
+		need(2)
+		fill(int(num(a[0])), num(a[1]))
 	case "msgqnum":
 		need(1)
 		var ds [120]byte // struct msqid64_ds
@@ -468,4 +474,38 @@ func main() {
 	default:
 		usage()
 	}
+}
+
+// fill queues messages of size bytes in private queues (a new queue when
+// one is full) until a call fails otherwise or max bytes are queued.
+func fill(size int, max int64) {
+	text := strings.Repeat("x", size)
+	var queued, reported int64
+	q := -1
+	var err error
+	for queued < max {
+		if q < 0 {
+			if q, err = msgget(0, 0o600); err != nil { // IPC_PRIVATE
+				break
+			}
+		}
+		err = msgsnd(q, 1, text, ipcNoWait)
+		if err == unix.EAGAIN {
+			q = -1
+			continue
+		}
+		if err != nil {
+			break
+		}
+		queued += int64(size)
+		if queued-reported >= 1<<20 {
+			fmt.Println("queued", queued)
+			reported = queued
+		}
+	}
+	if err != nil {
+		fmt.Printf("stopped %d ERR %s\n", queued, unix.ErrnoName(err.(unix.Errno)))
+		return
+	}
+	fmt.Printf("stopped %d ok\n", queued)
 }
