@@ -332,8 +332,6 @@ func uniq(t *testing.T, s string) string {
 	return fmt.Sprintf("%s-%d", s, time.Now().UnixNano()%1000000)
 }
 
-func lines(s string) []string { return strings.Fields(strings.TrimSpace(s)) }
-
 // kernelSets returns "kernel-sets=N", N the semaphore sets the kernel
 // holds in the IPC namespace of host pid, read from the host: inside a
 // container of this shim /proc/sysvipc shows the engine's objects.

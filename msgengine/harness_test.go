@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -451,7 +450,6 @@ type engineBackend struct {
 	procs  map[int]*engineProc
 	caps   ipcns.CapSet
 	groups []uint32
-	mu     sync.Mutex
 }
 
 func newEngineBackend(lim ipcns.Limits) *engineBackend {

@@ -40,6 +40,7 @@ func normalizeProc(text string, pidName func(int32) string) string {
 			}
 			v[i] = n
 		}
+		//lint:ignore SA5009 v holds one value per verb of procFormat, spread
 		if again := fmt.Sprintf(procFormat, v...); again != line {
 			panic(fmt.Sprintf("row %q is not procFormat: %q", line, again))
 		}

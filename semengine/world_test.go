@@ -166,7 +166,6 @@ func runBoth(t *testing.T, scenario func(t *testing.T, w world, log func(string,
 
 type kernelWorld struct {
 	actors []*kernelipc.Actor // index a-1
-	pids   map[int]int        // real pid → actor
 	// patience returns how long an actor seen asleep is given to return
 	// before the next log entry records it as blocked: lateWake when the
 	// engine's log says the call returned, 0 otherwise. A kernel wakeup

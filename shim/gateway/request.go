@@ -108,7 +108,8 @@ func (r *Request) startAnswer() bool {
 func (r *Request) settle() {
 	if r.replied.Load() {
 		r.answering.Lock()
-		r.answering.Unlock() //nolint:staticcheck // a wait, not a critical section
+		//lint:ignore SA2001 a wait for the answering goroutine, not a critical section
+		r.answering.Unlock()
 	}
 }
 

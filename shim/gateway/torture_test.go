@@ -56,14 +56,3 @@ func torture(t *testing.T, mode string) {
 		t.Errorf("invariants differ:\n native  %s\n trapped %s", want, got)
 	}
 }
-
-// otherErrors returns the other_errors field of an invariants line:
-// errors that no discarded answer explains.
-func otherErrors(line string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, "other_errors="); ok {
-			return v
-		}
-	}
-	return ""
-}

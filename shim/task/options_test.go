@@ -34,7 +34,7 @@ func TestRuntimeOptionsFromCRI(t *testing.T) {
 	}
 	// Empty envelope: runc's defaults.
 	in, _ = typeurl.MarshalAnyToProto(&runtimeoptions.Options{})
-	if out, err = RuncOptions(in); err != nil {
+	if _, err = RuncOptions(in); err != nil {
 		t.Fatal(err)
 	}
 	// runc's own options pass through; none stays none.
