@@ -27,8 +27,23 @@ type QueueInfo struct {
 
 // Queues returns every queue of the namespace in index order.
 func (e *Engine) Queues() []QueueInfo {
-	var out []QueueInfo
-	for _, q := range e.ids.All() {
+	out, _ := e.QueuesN(0, -1)
+	return out
+}
+
+// QueuesN returns at most limit queues (no cap when limit < 0), from the
+// offset-th in index order, and the number of queues.
+func (e *Engine) QueuesN(offset, limit int) (out []QueueInfo, total int) {
+	all := e.ids.All()
+	if offset < len(all) {
+		all = all[max(offset, 0):]
+	} else {
+		all = nil
+	}
+	for _, q := range all {
+		if limit >= 0 && len(out) >= limit {
+			break
+		}
 		q.mu.Lock()
 		if !q.Deleted() {
 			qi := QueueInfo{ID: q.ID(), Perm: *q.Perm(), Stime: q.stime, Rtime: q.rtime, Ctime: q.ctime,
@@ -44,7 +59,7 @@ func (e *Engine) Queues() []QueueInfo {
 		}
 		q.mu.Unlock()
 	}
-	return out
+	return out, e.ids.InUse()
 }
 
 // WaiterInfo is a sleeping msgsnd or msgrcv.
@@ -72,14 +87,28 @@ type WaiterInfo struct {
 // Waiters returns every sleeping msgsnd and msgrcv of the namespace, queue
 // by queue in index order, senders first, each list in queue order.
 func (e *Engine) Waiters() []WaiterInfo {
-	var out []WaiterInfo
+	out, _ := e.WaitersN(-1)
+	return out
+}
+
+// WaitersN returns at most limit sleepers (no cap when limit < 0) in
+// the order of Waiters, and how many sleep in all.
+func (e *Engine) WaitersN(limit int) (out []WaiterInfo, total int) {
 	for _, q := range e.ids.All() {
 		q.mu.Lock()
 		for w := q.senders.Front(); w != nil; w = w.Next() {
+			total++
+			if limit >= 0 && len(out) >= limit {
+				continue
+			}
 			out = append(out, WaiterInfo{MsqID: q.ID(), Send: true, Pid: w.caller.Pid, Type: w.mtype,
 				Size: int64(len(w.data)), Since: w.since})
 		}
 		for w := q.receivers.Front(); w != nil; w = w.Next() {
+			total++
+			if limit >= 0 && len(out) >= limit {
+				continue
+			}
 			wi := WaiterInfo{MsqID: q.ID(), Pid: w.caller.Pid, Type: w.typ, Size: w.size, Since: w.since}
 			if w.thread != w.caller.Pid {
 				wi.Thread = w.thread
@@ -100,7 +129,7 @@ func (e *Engine) Waiters() []WaiterInfo {
 		}
 		q.mu.Unlock()
 	}
-	return out
+	return out, total
 }
 
 // Usage returns what the namespace holds: queues (against MSGMNI),
@@ -113,4 +142,36 @@ func (e *Engine) Usage() (queues int, msgs, bytes, reserved int64) {
 		bytes += q.cbytes.Load()
 	}
 	return queues, msgs, bytes, e.reserved.Load()
+}
+
+// Summary is what the namespace holds, counted queue by queue without
+// reading a message.
+type Summary struct {
+	Queues             int
+	Messages, Bytes    int64
+	Reserved           int64
+	Senders, Receivers int // sleeping msgsnd and msgrcv
+}
+
+// Summary returns the namespace's counts: one walk of the queues, each
+// under its lock only to count its sleepers.
+func (e *Engine) Summary() Summary {
+	var s Summary
+	for _, q := range e.ids.All() {
+		q.mu.Lock()
+		if !q.Deleted() {
+			s.Queues++
+			s.Messages += q.qnum.Load()
+			s.Bytes += q.cbytes.Load()
+			for w := q.senders.Front(); w != nil; w = w.Next() {
+				s.Senders++
+			}
+			for w := q.receivers.Front(); w != nil; w = w.Next() {
+				s.Receivers++
+			}
+		}
+		q.mu.Unlock()
+	}
+	s.Reserved = e.reserved.Load()
+	return s
 }

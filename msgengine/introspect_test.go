@@ -56,6 +56,15 @@ func TestIntrospect(t *testing.T) {
 	if w := ws[1]; w.Send || w.Pid != c.Pid || w.Type != 7 || w.Size != 100 || w.Mode != "equal" || w.Thread != nil || w.Since.IsZero() {
 		t.Fatalf("receiver %+v", w)
 	}
+	if sm := f.e.Summary(); sm.Queues != 1 || sm.Messages != 3 || sm.Bytes != 60 || sm.Reserved < 60 || sm.Senders != 1 || sm.Receivers != 1 {
+		t.Fatalf("summary %+v", sm)
+	}
+	if w1, n := f.e.WaitersN(1); n != 2 || len(w1) != 1 || !w1[0].Send {
+		t.Fatalf("waiters capped at 1: %+v of %d", w1, n)
+	}
+	if q0, n := f.e.QueuesN(0, 0); n != 1 || len(q0) != 0 {
+		t.Fatalf("queues capped at 0: %+v of %d", q0, n)
+	}
 	if n, msgs, bytes, res := f.e.Usage(); n != 1 || msgs != 3 || bytes != 60 || res < 60 {
 		t.Fatalf("usage %d %d %d %d", n, msgs, bytes, res)
 	}

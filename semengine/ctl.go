@@ -278,6 +278,7 @@ func (e *Engine) Remove(c *ipcns.Caller, semid int32) error {
 	s.undos.Each(func(un *undo.Entry) {
 		if un.Detach(&s.undos) {
 			e.ns.Uncharge(undoBytes(len(un.Adj)))
+			e.undoEntries.Add(-1)
 		}
 	})
 	fail := func(q *queue) {

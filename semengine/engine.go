@@ -17,6 +17,11 @@ type Engine struct {
 	// changes with the registry's lock held (creation) or the set's
 	// whole-set lock (removal), and is read atomically.
 	usedSems atomic.Int64
+	// sleepers counts the sleeping semops of all sets and undoEntries
+	// the undo entries (process, set), for host tools: O(1) counts
+	// instead of walks. Changed under the lock that changes what they
+	// count, read atomically.
+	sleepers, undoEntries atomic.Int64
 	// undoLists maps a process (*ipcns.Pid) to its *undo.List.
 	undoLists sync.Map
 }
@@ -56,7 +61,7 @@ func (e *Engine) Semget(c *ipcns.Caller, key int32, nsems int, flg int) (int32, 
 			if e.ns.Charge(setBytes(nsems)) != nil {
 				return nil, unix.ENOMEM
 			}
-			return &Set{sems: make([]sem, nsems), ctime: now()}, nil
+			return &Set{eng: e, sems: make([]sem, nsems), ctime: now()}, nil
 		},
 		Added:   func(s *Set) { e.usedSems.Add(int64(len(s.sems))) },
 		Discard: func(s *Set) { e.ns.Uncharge(setBytes(len(s.sems))) },
@@ -105,6 +110,7 @@ func (e *Engine) attachUndo(c *ipcns.Caller, s *Set) (*undo.Entry, error) {
 		e.ns.Uncharge(undoBytes(len(s.sems)))
 		return nil, unix.EIDRM
 	}
+	e.undoEntries.Add(1)
 	return un, nil
 }
 
@@ -123,6 +129,7 @@ func (e *Engine) Exit(p *ipcns.Pid) {
 		s.lockAll()
 		if !s.Deleted() && un.Detach(&s.undos) {
 			e.ns.Uncharge(undoBytes(len(un.Adj)))
+			e.undoEntries.Add(-1)
 			for i, adj := range un.Adj {
 				if adj == 0 {
 					continue

@@ -1,6 +1,8 @@
 package semengine
 
 import (
+	"golang.org/x/sys/unix"
+
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/undo"
 )
@@ -76,4 +78,141 @@ func (e *Engine) Undos() []UndoInfo {
 // (against SEMMNI) and semaphores (against SEMMNS).
 func (e *Engine) Usage() (sets, sems int) {
 	return e.ids.InUse(), int(e.usedSems.Load())
+}
+
+// Host-side reads that cost what is asked: counts in O(1), set headers
+// without the semaphores, one set's semaphores a page at a time, and
+// capped lists of sleepers and undo entries that skip the sets with none.
+// None of them takes a set's whole-set lock (lockAll, a sweep of every
+// semaphore lock) except to copy a page of one set or the sleepers of a
+// set that has some.
+
+// Summary is what the namespace holds, counted without a walk.
+type Summary struct {
+	Sets, Sems  int
+	Waiters     int // sleeping semops
+	UndoEntries int
+}
+
+// Summary returns the namespace's counts.
+func (e *Engine) Summary() Summary {
+	sets, sems := e.Usage()
+	return Summary{Sets: sets, Sems: sems, Waiters: int(e.sleepers.Load()), UndoEntries: int(e.undoEntries.Load())}
+}
+
+// SetHeader is one set as IPC_STAT reports it, with its counts of
+// sleepers and undo entries: no semaphore is read.
+type SetHeader struct {
+	ID           int32
+	Perm         ipcns.Perm
+	Otime, Ctime int64
+	Nsems        int
+	Waiters      int
+	Undos        int
+}
+
+// header reads s's header under the whole-set mutex alone, which guards
+// ctime and the undo chain (every writer of them holds it through
+// lockAll); it does not wait for simple operations. ok is false for a
+// removed set.
+func (s *Set) header() (h SetHeader, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Deleted() {
+		return h, false
+	}
+	return SetHeader{ID: s.ID(), Perm: *s.Perm(), Otime: s.otimeMax.Load(), Ctime: s.ctime, Nsems: len(s.sems),
+		Waiters: int(s.nwait.Load()), Undos: s.undos.Len()}, true
+}
+
+// SetHeaders returns the headers of at most limit sets, from the
+// offset-th in index order, and the number of sets.
+func (e *Engine) SetHeaders(offset, limit int) (out []SetHeader, total int) {
+	all := e.ids.All()
+	if offset < len(all) {
+		all = all[max(offset, 0):]
+	} else {
+		all = nil
+	}
+	for _, s := range all {
+		if len(out) >= limit {
+			break
+		}
+		if h, ok := s.header(); ok {
+			out = append(out, h)
+		}
+	}
+	return out, e.ids.InUse()
+}
+
+// SetPage returns set semid's header and its semaphores offset to
+// offset+limit, copied under the whole-set lock; EINVAL or EIDRM, as
+// semctl, when there is no such set.
+func (e *Engine) SetPage(semid int32, offset, limit int) (SetHeader, []SemState, error) {
+	s, err := e.ids.Lookup(semid)
+	if err != nil {
+		return SetHeader{}, nil, err
+	}
+	s.lockAll()
+	defer s.unlock(-1)
+	if s.Deleted() {
+		return SetHeader{}, nil, unix.EIDRM
+	}
+	h := SetHeader{ID: s.ID(), Perm: *s.Perm(), Otime: s.otimeMax.Load(), Ctime: s.ctime, Nsems: len(s.sems),
+		Waiters: int(s.nwait.Load()), Undos: s.undos.Len()}
+	lo := min(max(offset, 0), len(s.sems))
+	hi := lo + min(max(limit, 0), len(s.sems)-lo)
+	sems := make([]SemState, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		sm := &s.sems[i]
+		sems = append(sems, SemState{Val: sm.val, Pid: sm.pid, Ncnt: s.countLocked(i, false), Zcnt: s.countLocked(i, true)})
+	}
+	return h, sems, nil
+}
+
+// WaitersN returns at most limit sleeping semops in the order of
+// Waiters, and how many sleep in all. Sets nobody sleeps on are skipped
+// unlocked.
+func (e *Engine) WaitersN(limit int) (out []WaiterInfo, total int) {
+	total = int(e.sleepers.Load())
+	if limit <= 0 || total == 0 {
+		return nil, total
+	}
+	for _, s := range e.ids.All() {
+		if len(out) >= limit {
+			break
+		}
+		if s.nwait.Load() == 0 {
+			continue
+		}
+		out = s.appendWaiters(out, limit)
+	}
+	return out, total
+}
+
+// UndosN returns at most limit undo entries in the order of Undos, and
+// how many there are in all. Sets without entries are skipped under
+// their whole-set mutex alone.
+func (e *Engine) UndosN(limit int) (out []UndoInfo, total int) {
+	total = int(e.undoEntries.Load())
+	if limit <= 0 || total == 0 {
+		return nil, total
+	}
+	for _, s := range e.ids.All() {
+		if len(out) >= limit {
+			break
+		}
+		s.mu.Lock()
+		if s.Deleted() || s.undos.Len() == 0 {
+			s.mu.Unlock()
+			continue
+		}
+		s.undos.Each(func(un *undo.Entry) {
+			if len(out) < limit {
+				out = append(out, UndoInfo{SemID: s.ID(), Pid: un.Owner(), Adj: append([]int16(nil), un.Adj...)})
+			}
+		})
+		s.mu.Unlock()
+	}
+	return out, total
 }

@@ -62,9 +62,40 @@ func TestIntrospect(t *testing.T) {
 	if sets, sems := e.Usage(); sets != 1 || sems != 3 {
 		t.Fatalf("usage %d %d", sets, sems)
 	}
+	// The bounded reads agree with the full ones.
+	if sm := e.Summary(); sm != (Summary{Sets: 1, Sems: 3, Waiters: 2, UndoEntries: 1}) {
+		t.Fatalf("summary %+v", sm)
+	}
+	hs, total := e.SetHeaders(0, 10)
+	if total != 1 || len(hs) != 1 || hs[0].ID != id || hs[0].Nsems != 3 || hs[0].Waiters != 2 || hs[0].Undos != 1 ||
+		hs[0].Perm.Key != 0x55 || hs[0].Otime != s.Otime || hs[0].Ctime != s.Ctime {
+		t.Fatalf("headers %+v (total %d), set %+v", hs, total, s)
+	}
+	if hs, _ := e.SetHeaders(1, 10); len(hs) != 0 {
+		t.Fatalf("headers past the end: %+v", hs)
+	}
+	h, page, err := e.SetPage(id, 1, 5)
+	if err != nil || h.ID != id || len(page) != 2 || page[0] != s.Sems[1] || page[1] != s.Sems[2] {
+		t.Fatalf("page %+v %+v %v", h, page, err)
+	}
+	if _, _, err := e.SetPage(id+1, 0, 5); err == nil {
+		t.Fatal("page of no set")
+	}
+	if w1, n := e.WaitersN(1); n != 2 || len(w1) != 1 || w1[0].Pid != ws[0].Pid {
+		t.Fatalf("waiters capped at 1: %+v of %d", w1, n)
+	}
+	if u0, n := e.UndosN(0); n != 1 || len(u0) != 0 {
+		t.Fatalf("undos capped at 0: %+v of %d", u0, n)
+	}
+	if u1, n := e.UndosN(5); n != 1 || len(u1) != 1 || u1[0].Adj[1] != 2 {
+		t.Fatalf("undos: %+v of %d", u1, n)
+	}
 	cancel()
 	<-done
 	<-done
+	if sm := e.Summary(); sm.Waiters != 0 {
+		t.Fatalf("summary after the sleepers left: %+v", sm)
+	}
 	e.Exit(ipcns.NewPid(root, 11)) // a different handle: nothing applied
 	if len(e.Undos()) != 1 {
 		t.Fatal("undo entry dropped by another process's exit")

@@ -220,7 +220,10 @@ func (s *Set) stampOtime(sops []Sembuf) {
 	if sops != nil {
 		n = int(sops[0].Num)
 	}
-	s.sems[n].otime = now()
+	t := now()
+	s.sems[n].otime = t
+	for cur := s.otimeMax.Load(); t > cur && !s.otimeMax.CompareAndSwap(cur, t); cur = s.otimeMax.Load() {
+	}
 }
 
 // now returns the time in seconds, as the kernel's ktime_get_real_seconds.

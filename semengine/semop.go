@@ -202,6 +202,8 @@ func (e *Engine) Start(c *ipcns.Caller, op *Op) (*Wait, error) {
 func (s *Set) enqueue(w *waiter) {
 	w.status = statusPending
 	w.since = time.Now()
+	s.nwait.Add(1)
+	s.eng.sleepers.Add(1)
 	if len(w.sops) == 1 {
 		sm := &s.sems[w.sops[0].Num]
 		switch {

@@ -46,6 +46,18 @@ type Set struct {
 	ctime        int64
 	undos        undo.Chain // undo entries that refer to this set
 
+	// eng is the engine the set belongs to, for its host-side counters.
+	eng *Engine
+	// nwait counts the sleepers on all of the set's queues, so that host
+	// tools skip the sets nobody waits on without locking them. It
+	// changes under the lock of the sleeper's queue (enqueue, unlink) and
+	// is read atomically.
+	nwait atomic.Int32
+	// otimeMax is the latest otime stamped on any semaphore: sem_otime
+	// for host tools without the walk of otimeLocked. stampOtime raises
+	// it with a CAS, under whichever lock it holds; read atomically.
+	otimeMax atomic.Int64
+
 	sems []sem
 }
 
@@ -139,6 +151,8 @@ func (s *Set) unmergeQueues() {
 // unlink takes w off its queue (unlink_queue).
 func (s *Set) unlink(w *waiter) {
 	w.on.remove(w)
+	s.nwait.Add(-1)
+	s.eng.sleepers.Add(-1)
 	if len(w.sops) > 1 {
 		s.complexCount--
 	}

@@ -21,20 +21,33 @@ type WaiterInfo struct {
 func (e *Engine) Waiters() []WaiterInfo {
 	var out []WaiterInfo
 	for _, s := range e.ids.All() {
-		s.lockAll()
-		add := func(q *queue) {
-			for w := q.front(); w != nil; w = w.Next() {
-				out = append(out, WaiterInfo{SemID: s.ID(), Pid: w.caller.Pid,
-					Sops: append([]Sembuf(nil), w.sops...), Blocking: w.blocking, Since: w.since})
-			}
+		out = s.appendWaiters(out, -1)
+	}
+	return out
+}
+
+// appendWaiters appends s's sleepers, set queues first then each
+// semaphore's, to out until it holds limit (no cap when limit < 0).
+func (s *Set) appendWaiters(out []WaiterInfo, limit int) []WaiterInfo {
+	s.lockAll()
+	defer s.unlock(-1)
+	// Stop at the set's last sleeper: the semaphores after it have none.
+	left := int(s.nwait.Load())
+	add := func(q *queue) {
+		for w := q.front(); w != nil && (limit < 0 || len(out) < limit); w = w.Next() {
+			left--
+			out = append(out, WaiterInfo{SemID: s.ID(), Pid: w.caller.Pid,
+				Sops: append([]Sembuf(nil), w.sops...), Blocking: w.blocking, Since: w.since})
 		}
-		add(&s.alter)
-		add(&s.zero)
-		for i := range s.sems {
-			add(&s.sems[i].alter)
-			add(&s.sems[i].zero)
+	}
+	add(&s.alter)
+	add(&s.zero)
+	for i := range s.sems {
+		if left <= 0 || limit >= 0 && len(out) >= limit {
+			break
 		}
-		s.unlock(-1)
+		add(&s.sems[i].alter)
+		add(&s.sems[i].zero)
 	}
 	return out
 }
