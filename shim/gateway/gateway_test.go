@@ -159,6 +159,18 @@ func buildC(t testing.TB, src string) string {
 // namespace and under the gateway; the outputs must be identical.
 func TestSemDifferential(t *testing.T) { cDifferential(t, "testdata/semprog.c") }
 
+// TestCtlBuffersDifferential runs testdata/ctlbufs.c both ways: every
+// semctl and msgctl command that copies a buffer, given NULL, PROT_NONE,
+// read-only, straddling and kernel addresses, with good and bad ids, as
+// owner and as nobody: errnos in Linux's order, nothing written where
+// Linux writes nothing.
+func TestCtlBuffersDifferential(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	cDifferential(t, "testdata/ctlbufs.c")
+}
+
 // TestCapsetDifferential runs testdata/credprog.c both ways: permission
 // checks after capset(2) drops and raises capabilities, and after
 // setgroups(2) changes the supplementary groups, with no id change; a

@@ -32,6 +32,23 @@ func (r *Request) bindCheck() error {
 	return r.Valid()
 }
 
+// copyOut writes a command's result b to addr in the caller, as the
+// kernel's copy_to_user: first bindCheck (seccomp_unotify(2): the tid
+// must still name the notifying task, or the write could land in a
+// process that reused it), then the write, whose failure is answered
+// EFAULT. It reports whether b was written; if not, the call is answered
+// (or gone) and the handler returns.
+func (r *Request) copyOut(addr uint64, b []byte) bool {
+	if err := r.bindCheck(); err != nil {
+		return false
+	}
+	if err := r.Task.WriteMem(addr, b); err != nil {
+		r.Reply(0, err)
+		return false
+	}
+	return true
+}
+
 func (n *Engines) msgget(r *Request) {
 	eng := n.msg
 	if err := r.Valid(); err != nil {
@@ -153,11 +170,7 @@ func (n *Engines) msgctl(r *Request) {
 			le.PutUint32(b[i*4:], uint32(v))
 		}
 		le.PutUint16(b[28:], mi.Msgseg)
-		if err := r.bindCheck(); err != nil {
-			return
-		}
-		if err := r.Task.WriteMem(buf, b[:]); err != nil {
-			r.Reply(0, err)
+		if !r.copyOut(buf, b[:]) {
 			return
 		}
 		r.Reply(int64(maxIdx), nil)
@@ -177,11 +190,7 @@ func (n *Engines) msgctl(r *Request) {
 		le.PutUint64(b[88:], ds.Qbytes)
 		le.PutUint32(b[96:], uint32(ds.Lspid))
 		le.PutUint32(b[100:], uint32(ds.Lrpid))
-		if err := r.bindCheck(); err != nil {
-			return
-		}
-		if err := r.Task.WriteMem(buf, b[:]); err != nil {
-			r.Reply(0, err)
+		if !r.copyOut(buf, b[:]) {
 			return
 		}
 		r.Reply(int64(ret), nil)

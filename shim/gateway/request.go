@@ -187,7 +187,9 @@ func (r *Request) commit(val int64) bool {
 	defer r.answering.Unlock()
 	g := r.g
 	g.syncEventsLocked()
-	if r.gone.Load() {
+	if r.gone.Load() || r.bindCheck() != nil {
+		// Gone, or (a Task not yet bound) its tid may name another task
+		// now: nothing is written, the message stays.
 		return false
 	}
 	p := r.Task.proc
@@ -346,7 +348,9 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	defer r.answering.Unlock()
 	g := r.g
 	g.syncEventsLocked()
-	if r.gone.Load() {
+	if r.gone.Load() || r.bindCheck() != nil {
+		// Gone, or (a Task not yet bound) its tid may name another task
+		// now: nothing is written, the message stays.
 		return false
 	}
 	p := r.Task.proc

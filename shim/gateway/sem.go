@@ -100,8 +100,7 @@ func (n *Engines) semctl(r *Request) {
 		for i, v := range []int32{si.Semmap, si.Semmni, si.Semmns, si.Semmnu, si.Semmsl, si.Semopm, si.Semume, si.Semusz, si.Semvmx, si.Semaem} {
 			le.PutUint32(b[i*4:], uint32(v))
 		}
-		if err := r.Task.WriteMem(arg, b[:]); err != nil {
-			r.Reply(0, err)
+		if !r.copyOut(arg, b[:]) {
 			return
 		}
 		r.Reply(int64(maxIdx), nil)
@@ -122,8 +121,7 @@ func (n *Engines) semctl(r *Request) {
 		le.PutUint64(b[48:], uint64(ds.Otime))
 		le.PutUint64(b[64:], uint64(ds.Ctime))
 		le.PutUint64(b[80:], uint64(ds.Nsems))
-		if err := r.Task.WriteMem(arg, b[:]); err != nil {
-			r.Reply(0, err)
+		if !r.copyOut(arg, b[:]) {
 			return
 		}
 		r.Reply(int64(ret), nil)
@@ -137,8 +135,7 @@ func (n *Engines) semctl(r *Request) {
 		for i, v := range vals {
 			le.PutUint16(b[2*i:], v)
 		}
-		if err := r.Task.WriteMem(arg, b); err != nil {
-			r.Reply(0, err)
+		if !r.copyOut(arg, b) {
 			return
 		}
 		r.Reply(0, nil)
