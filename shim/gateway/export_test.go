@@ -43,3 +43,11 @@ func (r *Request) FirstCall() bool { return !r.cached }
 func (r *Request) AwaitInterruption(limit time.Duration) bool {
 	return r.g.AwaitInterruption(r.Task.Tid, limit)
 }
+
+// Tables returns the number of threads (Tasks) and processes the gateway
+// holds state for.
+func (g *Gateway) Tables() (tasks, procs int) {
+	g.tmu.Lock()
+	defer g.tmu.Unlock()
+	return len(g.tasks), len(g.procs)
+}
