@@ -32,16 +32,10 @@ func (e *env) crictl(t *testing.T, args ...string) string {
 	return buf.String()
 }
 
-// TestCRIPodRuntimeClass runs a pod through the CRI plugin with runtime
-// handler "ipc" (what a Kubernetes RuntimeClass selects): CRI sends the
-// generic runtimeoptions.Options, the pod's containers are served by one
-// shim and share the pod's IPC namespace, with separate pid namespaces,
-// and the pod's sysctls are the engine namespace's limits.
-func TestCRIPodRuntimeClass(t *testing.T) {
-	e := need(t)
-	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
-		t.Skip("crictl not built (scripts/build-containerd.sh)")
-	}
+// criImage imports the ipct image into containerd's k8s.io namespace,
+// once per run.
+func criImage(t *testing.T, e *env) {
+	t.Helper()
 	importOnce.Do(func() {
 		tar := filepath.Join(e.dir, "ipct-image.tar")
 		out, err := exec.Command("go", "run", "./mkimage", "-rootfs", e.rootfs, "-name", "localhost/ipct:1", "-o", tar, "--", "/bin/sleep", "100000000").CombinedOutput()
@@ -57,6 +51,30 @@ func TestCRIPodRuntimeClass(t *testing.T) {
 	if importErr != nil {
 		t.Fatal(importErr)
 	}
+}
+
+// crictlErr runs crictl and returns its output and error, for a command
+// that may fail.
+func (e *env) crictlErr(args ...string) (string, error) {
+	bin := filepath.Join(filepath.Dir(e.ctr), "crictl")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	ep := "unix://" + e.sock
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "110s"}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// TestCRIPodRuntimeClass runs a pod through the CRI plugin with runtime
+// handler "ipc" (what a Kubernetes RuntimeClass selects): CRI sends the
+// generic runtimeoptions.Options, the pod's containers are served by one
+// shim and share the pod's IPC namespace, with separate pid namespaces,
+// and the pod's sysctls are the engine namespace's limits.
+func TestCRIPodRuntimeClass(t *testing.T) {
+	e := need(t)
+	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
+		t.Skip("crictl not built (scripts/build-containerd.sh)")
+	}
+	criImage(t, e)
 	dir := t.TempDir()
 	write := func(name, s string) string {
 		p := filepath.Join(dir, name)

@@ -129,3 +129,115 @@ func TestMemoryChargedToContainer(t *testing.T) {
 	}
 	t.Logf("queued before being stopped: runc %d, shim %d (limit %d)", results[runtimeRunc], results[runtimeIPC], limit)
 }
+
+// A CRI pod whose cgroup (cgroup_parent, as kubelet sets it) is limited
+// to 64 MiB: a container queueing messages is stopped within the pod's
+// limit; the ballast's helper sits in the sandbox's cgroup, inside the
+// pod's, and leaves it when the pod is removed.
+func TestCRIPodMemoryCharged(t *testing.T) {
+	e := need(t)
+	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
+		t.Skip("crictl not built (scripts/build-containerd.sh)")
+	}
+	procs, err := memcharge.MemoryCgroup(os.Getpid())
+	if err != nil {
+		t.Skip(err)
+	}
+	// A pod cgroup beside the test's, as kubelet's cgroupfs driver makes
+	// /kubepods/pod<uid>: the memory hierarchy's root is the mount point.
+	root := filepath.Dir(procs)
+	for _, err := os.Stat(filepath.Join(root, "..", "cgroup.procs")); err == nil && filepath.Dir(root) != root; _, err = os.Stat(filepath.Join(root, "..", "cgroup.procs")) {
+		root = filepath.Dir(root)
+	}
+	parentName := uniq(t, "ipcpod")
+	parent := filepath.Join(root, parentName)
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		t.Skipf("make a pod cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		// runc leaves the pod's cgroup in every hierarchy (kubelet
+		// removes it): remove them all.
+		dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(root), "*", parentName))
+		for _, d := range append(dirs, parent) {
+			os.Remove(d)
+		}
+	})
+	const limit = 64 << 20
+	limitFile, usageFile := "memory.max", "memory.current"
+	if _, err := os.Stat(filepath.Join(parent, "memory.limit_in_bytes")); err == nil {
+		limitFile, usageFile = "memory.limit_in_bytes", "memory.usage_in_bytes"
+	}
+	if err := os.WriteFile(filepath.Join(parent, limitFile), []byte(strconv.Itoa(limit)), 0); err != nil {
+		t.Skipf("limit the pod cgroup: %v", err)
+	}
+	criImage(t, e)
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	uid := uniq(t, "m")
+	pod := write("pod.json", `{"metadata":{"name":"mempod","namespace":"default","uid":"`+uid+`"},"log_directory":"`+dir+`",
+ "linux":{"cgroup_parent":"/`+parentName+`","security_context":{"namespace_options":{"network":2,"pid":1,"ipc":0}}}}`)
+	ctr := write("c.json", `{"metadata":{"name":"filler"},"image":{"image":"localhost/ipct:1"},"command":["/bin/sleep","100000"],"log_path":"c.log",
+ "linux":{"security_context":{"namespace_options":{"network":2,"pid":1,"ipc":0}}}}`)
+	podID := strings.TrimSpace(e.crictl(t, "runp", "--runtime", "ipc", pod))
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			e.crictl(t, "stopp", podID)
+			e.crictl(t, "rmp", podID)
+		}
+	})
+	cid := strings.TrimSpace(e.crictl(t, "create", podID, ctr, pod))
+	e.crictl(t, "start", cid)
+	// A first message starts the helper: in the sandbox's cgroup, under
+	// the pod's. (Later, at the limit, the pod's OOM killer may take it:
+	// without CAP_SYS_RESOURCE the shim cannot make it unkillable.)
+	want(t, e.crictl(t, "exec", "-s", cid, "/bin/sh", "-c", "ipct msgget 0x5 create >/dev/null; ipct msgsnd 0x5 1 hello"), `^ok\n`)
+	helpers := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		cmd, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), memcharge.HelperArg) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
+		if strings.Contains(string(cg), "/"+parentName+"/") {
+			helpers++
+			if !strings.Contains(string(cg), podID) {
+				t.Errorf("helper %s is not in the sandbox's cgroup:\n%s", ent.Name(), cg)
+			}
+		}
+	}
+	if helpers != 1 {
+		t.Errorf("%d helpers in the pod's cgroup, want 1", helpers)
+	}
+	out, _ := e.crictlErr("exec", "-s", cid, "/bin/sh", "-c", "ipct fill 8192 536870912; echo exit=$?")
+	n, how := queued(out)
+	usage, _ := os.ReadFile(filepath.Join(parent, usageFile))
+	t.Logf("pod: queued %d bytes, stopped by %q, pod cgroup usage %s", n, how, strings.TrimSpace(string(usage)))
+	if n == 0 || n > limit {
+		t.Errorf("queued %d bytes in a pod limited to %d", n, limit)
+	}
+	if how != "" && how != "ERR ENOMEM" {
+		t.Errorf("fill stopped by %q, want ENOMEM or the OOM killer", how)
+	}
+	if u, _ := strconv.ParseInt(strings.TrimSpace(string(usage)), 10, 64); u < n {
+		t.Errorf("the pod's cgroup holds %d bytes, less than the %d it queued", u, n)
+	}
+	e.crictl(t, "stopp", podID)
+	e.crictl(t, "rmp", podID)
+	removed = true
+	// Everything under the pod's cgroup is gone with the pod: the helper
+	// did not keep the sandbox's cgroup alive.
+	left, _ := os.ReadDir(parent)
+	for _, l := range left {
+		if l.IsDir() {
+			t.Errorf("cgroup %s left under the pod's after rmp", l.Name())
+		}
+	}
+}
