@@ -184,6 +184,7 @@ func ReadMessage(c *net.UnixConn) (*Message, error) {
 	}
 	for {
 		n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+		n, oobn = max(n, 0), max(oobn, 0) // -1 on a connection closed under the read
 		if oobn > 0 {
 			got, perr := parseRights(oob[:oobn])
 			fds = append(fds, got...)
