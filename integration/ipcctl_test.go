@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,10 +45,10 @@ type ipcctlOutput struct {
 	Shims []control.Snapshot `json:"shims"`
 }
 
-func ipcctlJSON(t *testing.T, e *env) *ipcctlOutput {
+func ipcctlJSON(t *testing.T, e *env, args ...string) *ipcctlOutput {
 	t.Helper()
 	var out ipcctlOutput
-	if err := json.Unmarshal([]byte(ipcctl(t, e, "-json")), &out); err != nil {
+	if err := json.Unmarshal([]byte(ipcctl(t, e, append([]string{"-json"}, args...)...)), &out); err != nil {
 		t.Fatal(err)
 	}
 	return &out
@@ -110,7 +111,17 @@ func checkIpcctl(t *testing.T, e *env, uid, podID string, cids []string, pid1 st
 	if len(ns.SemSets) != 1 || len(ns.Queues) != 1 {
 		fail("%d sets, %d queues", len(ns.SemSets), len(ns.Queues))
 	}
+	// The default view is the set's header; its semaphores come with
+	// -set.
 	set := ns.SemSets[0]
+	if set.Perm.Key != 0x77 || set.Nsems != 2 || set.Sems != nil || set.Waiters != 1 || set.Undos != 1 || set.Otime == 0 {
+		fail("set header %+v", set)
+	}
+	detail := findNS(ipcctlJSON(t, e, "-set", strconv.Itoa(int(set.ID)), "-ns", strconv.FormatUint(ns.Inode, 10)), uid)
+	if detail == nil || len(detail.SemSets) != 1 {
+		fail("ipcctl -set %d: %+v", set.ID, detail)
+	}
+	set = detail.SemSets[0]
 	if set.Perm.Key != 0x77 || len(set.Sems) != 2 || set.Sems[0].Val != 1 || set.Sems[1].Val != 0 ||
 		set.Sems[0].Ncnt != 1 || set.Sems[1].Ncnt != 0 || set.Undos != 1 {
 		fail("set %+v", set)
@@ -126,7 +137,8 @@ func checkIpcctl(t *testing.T, e *env, uid, podID string, cids []string, pid1 st
 		q.Lrpid == nil || q.Lrpid.ContainerID != cids[1] || q.Lspid == nil || q.Lspid.ContainerID != cids[0] {
 		fail("queue %+v", q)
 	}
-	if u := ns.Usage; u.Sets != 1 || u.Semaphores != 2 || u.Queues != 1 || u.Messages != 1 || u.Bytes != 5 || u.Waiters != 2 || u.UndoEntries != 1 {
+	if u := ns.Usage; u.Sets != 1 || u.Semaphores != 2 || u.Queues != 1 || u.Messages != 1 || u.Bytes != 5 || u.Waiters != 2 || u.UndoEntries != 1 ||
+		u.SemopWaiters != 1 || u.MsgrcvWaiters != 1 || u.MsgsndWaiters != 0 || len(ns.Truncated) != 0 {
 		fail("usage %+v", u)
 	}
 	var sw, mw *control.Waiter
@@ -183,6 +195,15 @@ func checkIpcctl(t *testing.T, e *env, uid, podID string, cids []string, pid1 st
 		}
 	}
 	t.Logf("ipcctl:\n%s", table)
+	table = ipcctl(t, e, "-set", strconv.Itoa(int(set.ID)), "-ns", strconv.FormatUint(ns.Inode, 10))
+	if !strings.Contains(table, "Semaphores 0-1 of 2 of set") {
+		t.Fatalf("ipcctl -set lacks the set's semaphores:\n%s", table)
+	}
+	t.Logf("ipcctl -set %d:\n%s", set.ID, table)
+	// A list cut at the limit says so.
+	if cut := findNS(ipcctlJSON(t, e, "-limit", "1"), uid); cut == nil || !slices.Contains(cut.Truncated, "waiters") || len(cut.Waiters) != 1 {
+		fail("ipcctl -limit 1: %+v", cut)
+	}
 	return ns
 }
 

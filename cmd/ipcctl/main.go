@@ -3,9 +3,16 @@
 // waits on what, and the SEM_UNDO entries; and the shims' metrics.
 //
 //	ipcctl [-json] [-pod NAME] [-container ID] [show]   objects, waiters, undo (default)
+//	ipcctl [-json] -set ID [-ns INODE] [-offset N]      a set's semaphores, -limit of them
 //	ipcctl [-json] waiters                              only the sleepers
 //	ipcctl metrics                                      every shim's metrics, merged (Prometheus text)
 //	ipcctl exporter -listen 127.0.0.1:9863              serve them for a node-level scrape
+//
+// Without -set it shows summaries: each set's header (nsems, waiters, undo
+// entries, times), not its semaphores' values, and at most -limit sets,
+// queues, waiters and undo entries per namespace (it says when it cut a
+// list). -set ID shows that set's semaphores, a page of -limit from
+// -offset, and its undo entries' adjustments of them.
 //
 // It finds the shims by their control sockets in
 // /run/containerd-shim-ipc/control (see package shim/control) and needs
@@ -53,6 +60,10 @@ func main() {
 	ctr := fs.String("container", "", "only the engine namespace this container (id or unique prefix) is in")
 	listen := fs.String("listen", "127.0.0.1:9863", "exporter: address to serve /metrics on")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-shim timeout")
+	set := fs.Int("set", -1, "show the semaphores of the set with this id (a page of -limit from -offset)")
+	ns := fs.Uint64("ns", 0, "only the engine namespace of this IPC namespace inode")
+	offset := fs.Int("offset", 0, "with -set: the first semaphore shown")
+	limit := fs.Int("limit", 0, fmt.Sprintf("cap of each list per namespace, and of a set's page (default %d, at most %d)", control.DefaultLimit, control.MaxLimit))
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: ipcctl [flags] [show|waiters|metrics|exporter]\n")
 		fs.PrintDefaults()
@@ -65,7 +76,11 @@ func main() {
 	}
 	switch cmd {
 	case "show", "waiters":
-		out := collect(*dir, *timeout)
+		q := control.Query{NS: *ns, Offset: *offset, Limit: *limit}
+		if *set >= 0 {
+			q.Set, q.HasSet = int32(*set), true
+		}
+		out := collect(*dir, *timeout, q)
 		filter(&out, *pod, *ctr)
 		if *asJSON {
 			enc := json.NewEncoder(os.Stdout)
@@ -103,14 +118,14 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func collect(dir string, timeout time.Duration) Output {
+func collect(dir string, timeout time.Duration, q control.Query) Output {
 	out := Output{Shims: []control.Snapshot{}}
 	socks, err := control.Sockets(dir)
 	if err != nil {
 		fatal(err)
 	}
 	for _, s := range socks {
-		snap, err := control.NewClient(s, timeout).State()
+		snap, err := control.NewClient(s, timeout).StateQuery(q)
 		if err != nil {
 			out.Errors = append(out.Errors, SocketError{Socket: s, Error: err.Error()})
 			continue
@@ -223,17 +238,20 @@ func printTables(w io.Writer, out *Output, waitersOnly bool) {
 			fmt.Fprintf(tw, "   limits: kernel.sem=%d %d %d %d msgmax=%d msgmnb=%d msgmni=%d\n", l.SemMSL, l.SemMNS, l.SemOPM, l.SemMNI, l.MsgMax, l.MsgMNB, l.MsgMNI)
 			if !waitersOnly {
 				if len(n.SemSets) > 0 {
-					fmt.Fprintln(tw, "\n   Semaphore Arrays\n   key\tsemid\towner\tperms\tnsems\tvalues\tsempid (host/ctr@container)\tncnt\tzcnt\totime")
+					fmt.Fprintln(tw, "\n   Semaphore Arrays\n   key\tsemid\towner\tperms\tnsems\twaiters\tundo\totime\tctime")
 					for _, ss := range n.SemSets {
-						var vals, pids, ncnt, zcnt []string
-						for _, sm := range ss.Sems {
-							vals = append(vals, fmt.Sprint(sm.Val))
-							pids = append(pids, pidStr(n, sm.Pid))
-							ncnt = append(ncnt, fmt.Sprint(sm.Ncnt))
-							zcnt = append(zcnt, fmt.Sprint(sm.Zcnt))
+						fmt.Fprintf(tw, "   0x%08x\t%d\t%d\t%o\t%d\t%d\t%d\t%s\t%s\n", uint32(ss.Perm.Key), ss.ID, ss.Perm.UID, ss.Perm.Mode, ss.Nsems,
+							ss.Waiters, ss.Undos, when(ss.Otime), when(ss.Ctime))
+					}
+					for _, ss := range n.SemSets {
+						if ss.Sems == nil {
+							continue
 						}
-						fmt.Fprintf(tw, "   0x%08x\t%d\t%d\t%o\t%d\t%s\t%s\t%s\t%s\t%s\n", uint32(ss.Perm.Key), ss.ID, ss.Perm.UID, ss.Perm.Mode, len(ss.Sems),
-							strings.Join(vals, ","), strings.Join(pids, ","), strings.Join(ncnt, ","), strings.Join(zcnt, ","), when(ss.Otime))
+						fmt.Fprintf(tw, "\n   Semaphores %d-%d of %d of set %d\n   semnum\tvalue\tsempid (host/ctr@container)\tncnt\tzcnt\n",
+							ss.SemsOffset, ss.SemsOffset+len(ss.Sems)-1, ss.Nsems, ss.ID)
+						for i, sm := range ss.Sems {
+							fmt.Fprintf(tw, "   %d\t%d\t%s\t%d\t%d\n", ss.SemsOffset+i, sm.Val, pidStr(n, sm.Pid), sm.Ncnt, sm.Zcnt)
+						}
 					}
 				}
 				if len(n.Queues) > 0 {
@@ -259,15 +277,21 @@ func printTables(w io.Writer, out *Output, waitersOnly bool) {
 					var adj []string
 					for i, a := range un.Adj {
 						if a != 0 {
-							adj = append(adj, fmt.Sprintf("sem%d%+d", i, a))
+							adj = append(adj, fmt.Sprintf("sem%d%+d", un.AdjOffset+i, a))
 						}
 					}
 					if len(adj) == 0 {
 						adj = []string{"none"}
 					}
+					if un.AdjTruncated {
+						adj = append(adj, fmt.Sprintf("(sems from %d: -set %d)", un.AdjOffset+len(un.Adj), un.SemID))
+					}
 					fmt.Fprintf(tw, "   %d/%d\t%s\t0x%08x\t%d\t%s\n", un.Pid.Host, un.Pid.Container, ctrName(n, un.Pid.ContainerID),
 						uint32(un.Key), un.SemID, strings.Join(adj, " "))
 				}
+			}
+			if len(n.Truncated) > 0 {
+				fmt.Fprintf(tw, "\n   cut at the limit: %s (the usage line counts them all; -limit N shows more)\n", strings.Join(n.Truncated, ", "))
 			}
 			fmt.Fprintln(tw)
 		}

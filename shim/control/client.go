@@ -46,9 +46,16 @@ func (c *Client) Get(path string) ([]byte, error) {
 	return b, nil
 }
 
-// State returns the shim's snapshot.
-func (c *Client) State() (*Snapshot, error) {
-	b, err := c.Get("/v1/state")
+// State returns the shim's default snapshot: summaries.
+func (c *Client) State() (*Snapshot, error) { return c.StateQuery(Query{}) }
+
+// StateQuery returns the shim's snapshot for q.
+func (c *Client) StateQuery(q Query) (*Snapshot, error) {
+	path := "/v1/state"
+	if v := q.Values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	b, err := c.Get(path)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,9 @@ import (
 
 // Metrics counts the shim's trapped calls per engine namespace (it is the
 // gateway's Observer) and exports them, with the namespaces' state from a
-// Source, as a prometheus.Collector.
+// Source, as a prometheus.Collector. It reads only the namespaces'
+// counts (Usage): a scrape costs a bounded number of series per
+// namespace, whatever the namespace holds.
 //
 // The trapped path pays three atomic adds and a lookup in a copy-on-write
 // map: no lock, no allocation, no label formatting. Labels are made at
@@ -167,14 +169,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, with(extra...)...)
 		}
-		kinds := map[string]int{"semop": 0, "msgsnd": 0, "msgrcv": 0}
-		for _, w := range n.Waiters {
-			kinds[w.Kind]++
-		}
-		for k, v := range kinds {
-			gauge(m.dWaiters, float64(v), k)
-		}
 		u := &n.Usage
+		gauge(m.dWaiters, float64(u.SemopWaiters), "semop")
+		gauge(m.dWaiters, float64(u.MsgsndWaiters), "msgsnd")
+		gauge(m.dWaiters, float64(u.MsgrcvWaiters), "msgrcv")
 		gauge(m.dObjects, float64(u.Sets), "sem_set")
 		gauge(m.dObjects, float64(u.Queues), "msg_queue")
 		gauge(m.dSems, float64(u.Semaphores))

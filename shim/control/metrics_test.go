@@ -18,7 +18,7 @@ func testSource(inos ...uint64) Source {
 		for _, ino := range inos {
 			l := Limits{SemMSL: 10, SemMNS: 100, SemOPM: 5, SemMNI: 8, MsgMax: 8192, MsgMNB: 1024, MsgMNI: 4}
 			s.Namespaces = append(s.Namespaces, NamespaceState{Inode: ino, Pod: &Pod{Name: "p", Namespace: "ns"}, Limits: l, Bounds: BoundsOf(l),
-				Usage: Usage{Sets: 1, Semaphores: 3, Queues: 2, Messages: 5, Bytes: 50}, Waiters: []Waiter{{Kind: "semop"}, {Kind: "msgrcv"}}})
+				Usage: Usage{Sets: 1, Semaphores: 3, Queues: 2, Messages: 5, Bytes: 50, Waiters: 2, SemopWaiters: 1, MsgrcvWaiters: 1}})
 		}
 		return s
 	}
@@ -94,7 +94,9 @@ func TestServerClient(t *testing.T) {
 	m := NewMetrics(testSource(7))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	srv, err := Listen(path, testSource(7, 8), reg)
+	var got []Query
+	src := testSource(7, 8)
+	srv, err := Listen(path, func(q Query) (Snapshot, error) { got = append(got, q); return src(), nil }, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +108,15 @@ func TestServerClient(t *testing.T) {
 	s, err := c.State()
 	if err != nil || s.Shim.Pid != 42 || len(s.Namespaces) != 2 || s.Namespaces[1].Inode != 8 || s.Namespaces[0].Bounds.MaxSets != 8 {
 		t.Fatalf("state %+v %v", s, err)
+	}
+	if _, err := c.StateQuery(Query{NS: 8, Set: 0, HasSet: true, Offset: 5, Limit: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []Query{{}, {NS: 8, Set: 0, HasSet: true, Offset: 5, Limit: 7}}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("queries %+v, want %+v", got, want)
+	}
+	if _, err := c.Get("/v1/state?limit=-1"); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("a negative limit: %v", err)
 	}
 	b, err := c.Get("/metrics")
 	if err != nil || !strings.Contains(string(b), `containerd_shim_ipc_namespaces{shim_pid="42"} 1`) {

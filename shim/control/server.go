@@ -14,8 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Source builds a snapshot of the shim's state when asked.
+// Source builds the snapshot the metrics read: counts, limits and
+// bounds (a Query's CountsOnly), no lists.
 type Source func() Snapshot
+
+// StateSource builds the snapshot a query asks for (GET /v1/state). It
+// copies what it returns under the engines' locks, a bounded page at a
+// time; the answer is encoded after, with no engine lock held.
+type StateSource func(Query) (Snapshot, error)
 
 // Server is a shim's control endpoint.
 type Server struct {
@@ -28,7 +34,7 @@ type Server struct {
 // socket of a dead shim with the same id is replaced) and serves the
 // snapshots of src, and the metrics of reg when it is not nil, until
 // Close.
-func Listen(path string, src Source, reg *prometheus.Registry) (*Server, error) {
+func Listen(path string, src StateSource, reg *prometheus.Registry) (*Server, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -43,10 +49,19 @@ func Listen(path string, src Source, reg *prometheus.Registry) (*Server, error) 
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, r *http.Request) {
+		q, err := ParseQuery(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		snap, err := src(q)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", " ")
-		_ = enc.Encode(src())
+		// Not indented: a set's page of semaphores would double in size.
+		_ = json.NewEncoder(w).Encode(snap)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	if reg != nil {

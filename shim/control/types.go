@@ -1,9 +1,120 @@
 package control
 
-import "time"
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+)
 
 // The JSON the control endpoint serves (GET /v1/state) and ipcctl --json
 // prints. Field names are the schema: add, never rename.
+//
+// A read costs what it asks for, not what the namespaces hold: by default
+// each namespace is a summary (its counts, the headers of at most
+// DefaultLimit sets and queues, as many waiters and undo entries) and a
+// set's semaphores are listed only when that set is asked for (Query.Set),
+// a page at a time. Lists cut short are named in NamespaceState.Truncated;
+// their full lengths are in Usage.
+
+// Sizes of an answer.
+const (
+	// DefaultLimit is how many sets, queues, waiters and undo entries a
+	// namespace lists, and how many semaphores a set's page holds, when
+	// the query does not say.
+	DefaultLimit = 1000
+	// MaxLimit caps Query.Limit: IPCMNI, so that every set or queue of a
+	// namespace fits one answer.
+	MaxLimit = 32768
+	// InlineSems is how many per-semaphore values an undo entry
+	// (adjustments) or a waiter (operations) carries in a list; the rest
+	// are in the set's page (Query.Set).
+	InlineSems = 64
+)
+
+// Query says what a state read wants (GET /v1/state?ns=&set=&offset=&limit=).
+// The zero Query is the default summary.
+type Query struct {
+	// NS keeps only the engine namespace of this inode (0: all).
+	NS uint64
+	// Set, when HasSet, asks for the semaphores of set Set (in every
+	// namespace kept that has it): Limit of them from Offset, and the
+	// set's undo entries with their adjustments of those semaphores.
+	Set    int32
+	HasSet bool
+	Offset int
+	// Limit caps each list (0: DefaultLimit; at most MaxLimit).
+	Limit int
+	// CountsOnly leaves out every list: the counts, limits and bounds
+	// the metrics need, read without a walk of the semaphores.
+	CountsOnly bool
+}
+
+// Max returns the query's list cap.
+func (q Query) Max() int {
+	if q.Limit <= 0 {
+		return DefaultLimit
+	}
+	return min(q.Limit, MaxLimit)
+}
+
+// Values encodes q as URL query parameters (CountsOnly is not sent: it
+// is the metrics' own read).
+func (q Query) Values() url.Values {
+	v := url.Values{}
+	if q.NS != 0 {
+		v.Set("ns", strconv.FormatUint(q.NS, 10))
+	}
+	if q.HasSet {
+		v.Set("set", strconv.Itoa(int(q.Set)))
+		if q.Offset != 0 {
+			v.Set("offset", strconv.Itoa(q.Offset))
+		}
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// ParseQuery reads a Query from URL query parameters.
+func ParseQuery(v url.Values) (Query, error) {
+	var q Query
+	num := func(key string, bits int) (int64, bool, error) {
+		s := v.Get(key)
+		if s == "" {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseInt(s, 10, bits)
+		if err != nil || n < 0 {
+			return 0, false, fmt.Errorf("%s=%q: want a non-negative number", key, s)
+		}
+		return n, true, nil
+	}
+	if s := v.Get("ns"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return q, fmt.Errorf("ns=%q: want an IPC namespace inode: %w", s, err)
+		}
+		q.NS = n
+	}
+	set, ok, err := num("set", 32)
+	if err != nil {
+		return q, err
+	}
+	q.Set, q.HasSet = int32(set), ok
+	off, _, err := num("offset", 32)
+	if err != nil {
+		return q, err
+	}
+	q.Offset = int(off)
+	lim, _, err := num("limit", 32)
+	if err != nil {
+		return q, err
+	}
+	q.Limit = int(lim)
+	return q, nil
+}
 
 // Snapshot is one shim's state.
 type Snapshot struct {
@@ -121,6 +232,10 @@ type Usage struct {
 	ReservedBytes int64 `json:"reserved_bytes"`
 	UndoEntries   int   `json:"undo_entries"`
 	Waiters       int   `json:"waiters"`
+	// The waiters by call: semop, msgsnd and msgrcv.
+	SemopWaiters  int `json:"semop_waiters"`
+	MsgsndWaiters int `json:"msgsnd_waiters"`
+	MsgrcvWaiters int `json:"msgrcv_waiters"`
 }
 
 // NamespaceState is one engine namespace: a kernel IPC namespace whose System
@@ -137,6 +252,10 @@ type NamespaceState struct {
 	Queues     []Queue     `json:"msg_queues"`
 	Waiters    []Waiter    `json:"waiters"`
 	Undo       []Undo      `json:"undo"`
+	// Truncated names the lists ("sem_sets", "msg_queues", "waiters",
+	// "undo") that hold fewer entries than Usage counts: the query's
+	// limit cut them.
+	Truncated []string `json:"truncated,omitempty"`
 }
 
 // Perm is an object's ipc_perm.
@@ -149,14 +268,19 @@ type Perm struct {
 	Mode uint16 `json:"mode"`
 }
 
-// SemSet is a semaphore set.
+// SemSet is a semaphore set: its header, and its semaphores only when
+// the query asked for the set (Query.Set), Sems[i] being semaphore
+// SemsOffset+i.
 type SemSet struct {
-	ID    int32 `json:"id"`
-	Perm  Perm  `json:"perm"`
-	Otime int64 `json:"otime"`
-	Ctime int64 `json:"ctime"`
-	Sems  []Sem `json:"sems"`
-	Undos int   `json:"undo_entries"`
+	ID         int32 `json:"id"`
+	Perm       Perm  `json:"perm"`
+	Otime      int64 `json:"otime"`
+	Ctime      int64 `json:"ctime"`
+	Nsems      int   `json:"nsems"`
+	Waiters    int   `json:"waiters"`
+	Sems       []Sem `json:"sems,omitempty"`
+	SemsOffset int   `json:"sems_offset,omitempty"`
+	Undos      int   `json:"undo_entries"`
 }
 
 // Sem is one semaphore.
@@ -204,8 +328,10 @@ type Waiter struct {
 	// Thread is the sleeping thread when it is not the process's leader
 	// (msgrcv only).
 	Thread *Pid `json:"thread,omitempty"`
-	// semop: the operations and the index of the one it blocks on.
+	// semop: the operations (the first InlineSems; Nsops counts them
+	// all when there are more) and the index of the one it blocks on.
 	Sops     []Sembuf `json:"sops,omitempty"`
+	Nsops    int      `json:"nsops,omitempty"`
 	Blocking int      `json:"blocking"`
 	// msgsnd: the message's type and size; msgrcv: msgtyp as passed,
 	// the search mode and msgsz.
@@ -216,10 +342,15 @@ type Waiter struct {
 	Seconds float64   `json:"waiting_seconds"`
 }
 
-// Undo is one process's SEM_UNDO adjustments for one set.
+// Undo is one process's SEM_UNDO adjustments for one set: Adj[i] is
+// semaphore AdjOffset+i's. A list carries the first InlineSems; the
+// set's page (Query.Set) those of its semaphores. AdjTruncated says the
+// set has semaphores past Adj.
 type Undo struct {
-	SemID int32   `json:"sem_id"`
-	Key   int32   `json:"key"`
-	Pid   Pid     `json:"pid"`
-	Adj   []int16 `json:"adj"`
+	SemID        int32   `json:"sem_id"`
+	Key          int32   `json:"key"`
+	Pid          Pid     `json:"pid"`
+	Adj          []int16 `json:"adj"`
+	AdjOffset    int     `json:"adj_offset,omitempty"`
+	AdjTruncated bool    `json:"adj_truncated,omitempty"`
 }

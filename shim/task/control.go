@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 )
 
 // The shim's control endpoint (shim/control): what ipcctl and the
@@ -57,7 +59,7 @@ type controlState struct {
 func (s *Service) startControl(sd shutdown.Service) {
 	cns, _ := namespaces.Namespace(s.ctx)
 	s.ctl = &controlState{started: time.Now(), cns: cns, ctrs: map[string]*ctrMeta{}, pidns: map[uint64]string{}}
-	s.ctl.metrics = control.NewMetrics(s.snapshot)
+	s.ctl.metrics = control.NewMetrics(s.metricsSnapshot)
 	s.gw.SetObserver(s.ctl.metrics)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s.ctl.metrics)
@@ -126,12 +128,14 @@ func (s *Service) forgetContainer(id string) {
 	}
 }
 
-// snapshot builds the control endpoint's view (control.Source).
-func (s *Service) snapshot() control.Snapshot {
+// snapshot builds the control endpoint's view of q (control.StateSource).
+// Every engine read copies a bounded page under the engine's locks; none
+// is held once it returns, so the answer is encoded lock-free.
+func (s *Service) snapshot(q control.Query) (control.Snapshot, error) {
 	// Exits and signals the kernel has reported take effect first (an
 	// exited process's SEM_UNDO, a signalled sleeper leaving its queue).
 	s.gw.SyncEvents()
-	snap := control.Snapshot{Taken: time.Now(), Shim: control.Shim{Pid: os.Getpid()}}
+	snap := control.Snapshot{Taken: time.Now(), Shim: control.Shim{Pid: os.Getpid()}, Namespaces: []control.NamespaceState{}}
 	snap.Shim.Socket = control.SocketPath(s.sock)
 	snap.Shim.Interrupted = s.gw.Stats.Interrupted.Load()
 	snap.Shim.Restarts = s.gw.Stats.Restarts.Load()
@@ -148,6 +152,9 @@ func (s *Service) snapshot() control.Snapshot {
 	n.mu.RLock()
 	refs := make([]nsRef, 0, len(n.byIno))
 	for ino, e := range n.byIno {
+		if q.NS != 0 && ino != q.NS {
+			continue
+		}
 		r := nsRef{ino: ino, e: e}
 		for id := range e.members {
 			r.members = append(r.members, id)
@@ -155,6 +162,9 @@ func (s *Service) snapshot() control.Snapshot {
 		refs = append(refs, r)
 	}
 	n.mu.RUnlock()
+	if q.NS != 0 && len(refs) == 0 {
+		return snap, fmt.Errorf("no engine namespace of IPC namespace inode %d", q.NS)
+	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].ino < refs[j].ino })
 
 	var ctrs map[string]ctrMeta
@@ -173,13 +183,23 @@ func (s *Service) snapshot() control.Snapshot {
 	}
 	now := time.Now()
 	for _, r := range refs {
-		snap.Namespaces = append(snap.Namespaces, buildNamespaceState(r.ino, r.e, r.members, ctrs, pidns, now))
+		snap.Namespaces = append(snap.Namespaces, buildNamespaceState(r.ino, r.e.eng, r.members, ctrs, pidns, now, q))
 	}
+	return snap, nil
+}
+
+// metricsSnapshot is the metrics' Source: the counts of snapshot, no
+// lists.
+func (s *Service) metricsSnapshot() control.Snapshot {
+	snap, _ := s.snapshot(control.Query{CountsOnly: true})
 	return snap
 }
 
-func buildNamespaceState(ino uint64, e *servedNamespace, members []string, ctrs map[string]ctrMeta, pidns map[uint64]string, now time.Time) control.NamespaceState {
-	sem, msg := e.eng.Sem(), e.eng.Msg()
+// buildNamespaceState reads one engine namespace as q asks. Its cost is
+// O(sets + queues) for the counts and headers, plus what the query's
+// pages hold; it never reads every semaphore.
+func buildNamespaceState(ino uint64, eng *gateway.Engines, members []string, ctrs map[string]ctrMeta, pidns map[uint64]string, now time.Time, q control.Query) control.NamespaceState {
+	sem, msg := eng.Sem(), eng.Msg()
 	l := sem.Resources().Limits()
 	out := control.NamespaceState{Inode: ino, Containers: []control.Container{}, SemSets: []control.SemSet{},
 		Queues: []control.Queue{}, Waiters: []control.Waiter{}, Undo: []control.Undo{}}
@@ -200,6 +220,19 @@ func buildNamespaceState(ino uint64, e *servedNamespace, members []string, ctrs 
 			out.Pod = m.pod
 		}
 	}
+
+	// Counts: O(1) for the semaphores, one walk of the queues.
+	ss, ms := sem.Summary(), msg.Summary()
+	u := &out.Usage
+	u.Sets, u.Semaphores, u.UndoEntries = ss.Sets, ss.Sems, ss.UndoEntries
+	u.Queues, u.Messages, u.Bytes, u.ReservedBytes = ms.Queues, ms.Messages, ms.Bytes, ms.Reserved
+	u.SemopWaiters, u.MsgsndWaiters, u.MsgrcvWaiters = ss.Waiters, ms.Senders, ms.Receivers
+	u.Waiters = ss.Waiters + ms.Senders + ms.Receivers
+	if q.CountsOnly {
+		return out
+	}
+
+	limit := q.Max()
 	pid := func(p *ipcns.Pid) control.Pid {
 		if p == nil {
 			return control.Pid{}
@@ -220,48 +253,93 @@ func buildNamespaceState(ino uint64, e *servedNamespace, members []string, ctrs 
 	perm := func(p ipcns.Perm) control.Perm {
 		return control.Perm{Key: p.Key, UID: p.UID, GID: p.GID, CUID: p.CUID, CGID: p.CGID, Mode: p.Mode & 0o777}
 	}
-	keys := map[int32]int32{}
-	for _, si := range sem.Sets() {
-		set := control.SemSet{ID: si.ID, Perm: perm(si.Perm), Otime: si.Otime, Ctime: si.Ctime, Undos: si.Undos}
-		keys[si.ID] = si.Perm.Key
-		for _, sm := range si.Sems {
-			set.Sems = append(set.Sems, control.Sem{Val: sm.Val, Pid: pidp(sm.Pid), Ncnt: sm.Ncnt, Zcnt: sm.Zcnt})
+	semKey := func(id int32) int32 {
+		if s, err := sem.Registry().Lookup(id); err == nil {
+			return s.Perm().Key
 		}
-		out.SemSets = append(out.SemSets, set)
-		out.Usage.Semaphores += len(si.Sems)
+		return 0
 	}
-	out.Usage.Sets = len(out.SemSets)
-	qkeys := map[int32]int32{}
-	for _, qi := range msg.Queues() {
-		qkeys[qi.ID] = qi.Perm.Key
+	msgKey := func(id int32) int32 {
+		if q, err := msg.Registry().Lookup(id); err == nil {
+			return q.Perm().Key
+		}
+		return 0
+	}
+	header := func(h semengine.SetHeader) control.SemSet {
+		return control.SemSet{ID: h.ID, Perm: perm(h.Perm), Otime: h.Otime, Ctime: h.Ctime, Nsems: h.Nsems, Waiters: h.Waiters, Undos: h.Undos}
+	}
+	truncated := func(name string, listed, total int) {
+		if listed < total {
+			out.Truncated = append(out.Truncated, name)
+		}
+	}
+
+	// Sets: one set's page when asked for, else the headers.
+	adjLo, adjN := 0, control.InlineSems
+	if q.HasSet {
+		if h, page, err := sem.SetPage(q.Set, q.Offset, limit); err == nil {
+			set := header(h)
+			set.SemsOffset = min(q.Offset, h.Nsems)
+			set.Sems = make([]control.Sem, 0, len(page))
+			for _, sm := range page {
+				set.Sems = append(set.Sems, control.Sem{Val: sm.Val, Pid: pidp(sm.Pid), Ncnt: sm.Ncnt, Zcnt: sm.Zcnt})
+			}
+			out.SemSets = append(out.SemSets, set)
+			adjLo, adjN = set.SemsOffset, len(page)
+		}
+	} else {
+		hs, total := sem.SetHeaders(0, limit)
+		for _, h := range hs {
+			out.SemSets = append(out.SemSets, header(h))
+		}
+		truncated("sem_sets", len(hs), total)
+	}
+
+	qs, total := msg.QueuesN(0, limit)
+	for _, qi := range qs {
 		out.Queues = append(out.Queues, control.Queue{ID: qi.ID, Perm: perm(qi.Perm), Stime: qi.Stime, Rtime: qi.Rtime, Ctime: qi.Ctime,
 			Messages: qi.Qnum, Bytes: qi.Cbytes, Qbytes: qi.Qbytes, Lspid: pidp(qi.Lspid), Lrpid: pidp(qi.Lrpid),
 			Senders: qi.Senders, Receivers: qi.Receivers, Reserved: qi.Reserved})
-		out.Usage.Messages += int64(qi.Qnum)
-		out.Usage.Bytes += int64(qi.Cbytes)
 	}
-	out.Usage.Queues = len(out.Queues)
-	_, _, _, out.Usage.ReservedBytes = msg.Usage()
-	for _, w := range sem.Waiters() {
-		cw := control.Waiter{Kind: "semop", ID: w.SemID, Key: keys[w.SemID], Pid: pid(w.Pid), Blocking: w.Blocking,
+	truncated("msg_queues", len(qs), total)
+
+	sws, semWaiters := sem.WaitersN(limit)
+	for _, w := range sws {
+		cw := control.Waiter{Kind: "semop", ID: w.SemID, Key: semKey(w.SemID), Pid: pid(w.Pid), Blocking: w.Blocking,
 			Since: w.Since, Seconds: now.Sub(w.Since).Seconds()}
-		for _, op := range w.Sops {
+		for _, op := range w.Sops[:min(len(w.Sops), control.InlineSems)] {
 			cw.Sops = append(cw.Sops, control.Sembuf{Num: op.Num, Op: op.Op, Flg: op.Flg})
+		}
+		if len(w.Sops) > control.InlineSems {
+			cw.Nsops = len(w.Sops)
 		}
 		out.Waiters = append(out.Waiters, cw)
 	}
-	for _, w := range msg.Waiters() {
-		cw := control.Waiter{Kind: "msgrcv", ID: w.MsqID, Key: qkeys[w.MsqID], Pid: pid(w.Pid), Thread: pidp(w.Thread),
+	mws, msgWaiters := msg.WaitersN(limit - len(out.Waiters))
+	for _, w := range mws {
+		cw := control.Waiter{Kind: "msgrcv", ID: w.MsqID, Key: msgKey(w.MsqID), Pid: pid(w.Pid), Thread: pidp(w.Thread),
 			Type: w.Type, Mode: w.Mode, Size: w.Size, Since: w.Since, Seconds: now.Sub(w.Since).Seconds()}
 		if w.Send {
 			cw.Kind = "msgsnd"
 		}
 		out.Waiters = append(out.Waiters, cw)
 	}
-	out.Usage.Waiters = len(out.Waiters)
-	for _, u := range sem.Undos() {
-		out.Undo = append(out.Undo, control.Undo{SemID: u.SemID, Key: keys[u.SemID], Pid: pid(u.Pid), Adj: u.Adj})
+	truncated("waiters", len(out.Waiters), semWaiters+msgWaiters)
+
+	// Undo entries: those of the asked-for set with the adjustments of
+	// its page, else every set's with their first InlineSems. The
+	// entries times the adjustments each stay within MaxLimit×InlineSems.
+	var uns []semengine.UndoInfo
+	undoTotal := 0
+	if q.HasSet {
+		uns, undoTotal = sem.SetUndos(q.Set, min(limit, max(1, control.MaxLimit*control.InlineSems/max(adjN, 1))), adjLo, adjN)
+	} else {
+		uns, undoTotal = sem.UndosN(limit, 0, control.InlineSems)
 	}
-	out.Usage.UndoEntries = len(out.Undo)
+	for _, un := range uns {
+		out.Undo = append(out.Undo, control.Undo{SemID: un.SemID, Key: semKey(un.SemID), Pid: pid(un.Pid),
+			Adj: un.Adj, AdjOffset: un.AdjOffset, AdjTruncated: un.AdjOffset+len(un.Adj) < un.Nsems})
+	}
+	truncated("undo", len(out.Undo), undoTotal)
 	return out
 }
