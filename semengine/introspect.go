@@ -55,7 +55,11 @@ func (e *Engine) Sets() []SetInfo {
 type UndoInfo struct {
 	SemID int32
 	Pid   *ipcns.Pid
-	Adj   []int16
+	// Adj[i] is semaphore AdjOffset+i's adjustment; the set has Nsems.
+	// Undos copies them all, UndosN and SetUndos a window.
+	Adj       []int16
+	AdjOffset int
+	Nsems     int
 }
 
 // Undos returns every undo entry of the namespace, set by set in index
@@ -66,7 +70,7 @@ func (e *Engine) Undos() []UndoInfo {
 		s.lockAll()
 		if !s.Deleted() {
 			s.undos.Each(func(un *undo.Entry) {
-				out = append(out, UndoInfo{SemID: s.ID(), Pid: un.Owner(), Adj: append([]int16(nil), un.Adj...)})
+				out = append(out, UndoInfo{SemID: s.ID(), Pid: un.Owner(), Adj: append([]int16(nil), un.Adj...), Nsems: len(un.Adj)})
 			})
 		}
 		s.unlock(-1)
@@ -190,10 +194,11 @@ func (e *Engine) WaitersN(limit int) (out []WaiterInfo, total int) {
 	return out, total
 }
 
-// UndosN returns at most limit undo entries in the order of Undos, and
-// how many there are in all. Sets without entries are skipped under
-// their whole-set mutex alone.
-func (e *Engine) UndosN(limit int) (out []UndoInfo, total int) {
+// UndosN returns at most limit undo entries in the order of Undos, each
+// with the adjustments of semaphores adjOffset to adjOffset+adjLimit,
+// and how many entries there are in all. Only the sets that have entries
+// are locked whole.
+func (e *Engine) UndosN(limit, adjOffset, adjLimit int) (out []UndoInfo, total int) {
 	total = int(e.undoEntries.Load())
 	if limit <= 0 || total == 0 {
 		return nil, total
@@ -202,17 +207,47 @@ func (e *Engine) UndosN(limit int) (out []UndoInfo, total int) {
 		if len(out) >= limit {
 			break
 		}
-		s.mu.Lock()
-		if s.Deleted() || s.undos.Len() == 0 {
-			s.mu.Unlock()
-			continue
-		}
-		s.undos.Each(func(un *undo.Entry) {
-			if len(out) < limit {
-				out = append(out, UndoInfo{SemID: s.ID(), Pid: un.Owner(), Adj: append([]int16(nil), un.Adj...)})
-			}
-		})
-		s.mu.Unlock()
+		out = s.appendUndos(out, limit, adjOffset, adjLimit)
 	}
 	return out, total
+}
+
+// SetUndos is UndosN for set semid alone; total counts its entries.
+func (e *Engine) SetUndos(semid int32, limit, adjOffset, adjLimit int) (out []UndoInfo, total int) {
+	s, err := e.ids.Lookup(semid)
+	if err != nil {
+		return nil, 0
+	}
+	s.mu.Lock()
+	total = s.undos.Len()
+	s.mu.Unlock()
+	return s.appendUndos(nil, limit, adjOffset, adjLimit), total
+}
+
+// appendUndos appends s's undo entries to out until it holds limit,
+// copying the window of their adjustments under the whole-set lock (a
+// simple semop changes Adj[i] under semaphore i's lock alone). A set
+// without entries is seen so under its mutex (which guards the chain)
+// without the lockAll sweep.
+func (s *Set) appendUndos(out []UndoInfo, limit, adjOffset, adjLimit int) []UndoInfo {
+	s.mu.Lock()
+	n := s.undos.Len()
+	s.mu.Unlock()
+	if n == 0 {
+		return out
+	}
+	s.lockAll()
+	defer s.unlock(-1)
+	if s.Deleted() {
+		return out
+	}
+	lo := min(max(adjOffset, 0), len(s.sems))
+	hi := lo + min(max(adjLimit, 0), len(s.sems)-lo)
+	s.undos.Each(func(un *undo.Entry) {
+		if len(out) < limit {
+			out = append(out, UndoInfo{SemID: s.ID(), Pid: un.Owner(), Adj: append([]int16(nil), un.Adj[lo:hi]...),
+				AdjOffset: lo, Nsems: len(un.Adj)})
+		}
+	})
+	return out
 }

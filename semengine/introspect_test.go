@@ -84,11 +84,14 @@ func TestIntrospect(t *testing.T) {
 	if w1, n := e.WaitersN(1); n != 2 || len(w1) != 1 || w1[0].Pid != ws[0].Pid {
 		t.Fatalf("waiters capped at 1: %+v of %d", w1, n)
 	}
-	if u0, n := e.UndosN(0); n != 1 || len(u0) != 0 {
+	if u0, n := e.UndosN(0, 0, 10); n != 1 || len(u0) != 0 {
 		t.Fatalf("undos capped at 0: %+v of %d", u0, n)
 	}
-	if u1, n := e.UndosN(5); n != 1 || len(u1) != 1 || u1[0].Adj[1] != 2 {
+	if u1, n := e.UndosN(5, 0, 10); n != 1 || len(u1) != 1 || len(u1[0].Adj) != 3 || u1[0].Adj[1] != 2 || u1[0].Nsems != 3 {
 		t.Fatalf("undos: %+v of %d", u1, n)
+	}
+	if u1, n := e.SetUndos(id, 5, 1, 1); n != 1 || len(u1) != 1 || len(u1[0].Adj) != 1 || u1[0].Adj[0] != 2 || u1[0].AdjOffset != 1 {
+		t.Fatalf("the set's undos, window [1,2): %+v of %d", u1, n)
 	}
 	cancel()
 	<-done
