@@ -1,26 +1,14 @@
 package gateway
 
 import (
-	"encoding/binary"
-
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/internal/abi"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
 	"golang.org/x/sys/unix"
 )
 
-// Layouts on x86_64 and arm64.
-const (
-	// mtypeSize is sizeof(msgbuf.mtype), a long.
-	mtypeSize = 8
-	// msqidDSSize is sizeof(struct msqid64_ds): ipc64_perm (48 bytes, as
-	// in semid64_ds), then msg_stime @48, msg_rtime @56, msg_ctime @64,
-	// msg_cbytes @72, msg_qnum @80, msg_qbytes @88, msg_lspid @96,
-	// msg_lrpid @100 and two unused longs.
-	msqidDSSize = 120
-	// msginfoSize is sizeof(struct msginfo): seven ints and an unsigned
-	// short, padded to 32 (the kernel zeroes and copies all 32).
-	msginfoSize = 32
-)
+// mtypeSize is sizeof(msgbuf.mtype), a long: the text follows it.
+const mtypeSize = abi.SizeOfMtype
 
 // bindCheck is the TOCTOU check before an effect that cannot be undone
 // (a write into the caller, a create): a Task fresh from the cache is
@@ -77,7 +65,7 @@ func (n *Engines) msgsnd(r *Request) {
 		var h [mtypeSize]byte
 		buf := make([]byte, msgsz)
 		if r.Task.ReadMem2(msgp, h[:], buf) == nil {
-			mtype = int64(binary.LittleEndian.Uint64(h[:]))
+			mtype = abi.UnmarshalMtype(h[:])
 			data = buf
 		}
 	}
@@ -87,7 +75,7 @@ func (n *Engines) msgsnd(r *Request) {
 			r.Reply(0, err)
 			return
 		}
-		mtype = int64(binary.LittleEndian.Uint64(h[:]))
+		mtype = abi.UnmarshalMtype(h[:])
 		if err := eng.CheckSend(msqid, mtype, msgsz); err != nil {
 			r.Reply(0, err)
 			return
@@ -134,7 +122,7 @@ func (n *Engines) msgrcv(r *Request) {
 	op := &msgengine.RcvOp{MsqID: msqid, Size: msgsz, Type: msgtyp, Flags: flg, Thread: r.Task.Thread}
 	op.Commit = func(m *msgengine.Message) bool {
 		var h [mtypeSize]byte
-		binary.LittleEndian.PutUint64(h[:], uint64(m.Type))
+		abi.MarshalMtype(h[:], m.Type)
 		return r.commitWrite(int64(len(m.Data)), msgp, mtypeSize+len(m.Data), func() error {
 			return writeMsg(r.Task, msgp, h[:], m.Data)
 		})
@@ -151,85 +139,90 @@ func (n *Engines) msgrcv(r *Request) {
 // EINVAL: x86_64 and arm64 do not parse an IPC version.
 func (n *Engines) msgctl(r *Request) {
 	eng := n.msg
-	c := &r.Task.Caller
 	msqid, cmd, buf := int32(r.Arg(0)), int(int32(r.Arg(1))), r.Arg(2)
 	if msqid < 0 || cmd < 0 {
 		r.Reply(0, unix.EINVAL)
 		return
 	}
-	le := binary.LittleEndian
 	switch cmd {
 	case ipcns.IPCInfo, msgengine.MsgInfo:
-		mi, maxIdx, err := eng.Info(msqid, cmd)
-		if err != nil {
-			r.Reply(0, err)
-			return
-		}
-		var b [msginfoSize]byte
-		for i, v := range []int32{mi.Msgpool, mi.Msgmap, mi.Msgmax, mi.Msgmnb, mi.Msgmni, mi.Msgssz, mi.Msgtql} {
-			le.PutUint32(b[i*4:], uint32(v))
-		}
-		le.PutUint16(b[28:], mi.Msgseg)
-		if !r.copyOut(buf, b[:]) {
-			return
-		}
-		r.Reply(int64(maxIdx), nil)
+		n.msgctlInfo(r, msqid, cmd, buf)
 	case ipcns.IPCStat, msgengine.MsgStat, msgengine.MsgStatAny:
-		ds, ret, err := eng.Stat(c, msqid, cmd)
-		if err != nil {
-			r.Reply(0, err)
-			return
-		}
-		var b [msqidDSSize]byte
-		putPerm(b[:], &ds.Perm)
-		le.PutUint64(b[48:], uint64(ds.Stime))
-		le.PutUint64(b[56:], uint64(ds.Rtime))
-		le.PutUint64(b[64:], uint64(ds.Ctime))
-		le.PutUint64(b[72:], ds.Cbytes)
-		le.PutUint64(b[80:], ds.Qnum)
-		le.PutUint64(b[88:], ds.Qbytes)
-		le.PutUint32(b[96:], uint32(ds.Lspid))
-		le.PutUint32(b[100:], uint32(ds.Lrpid))
-		if !r.copyOut(buf, b[:]) {
-			return
-		}
-		r.Reply(int64(ret), nil)
+		n.msgctlStat(r, msqid, cmd, buf)
 	case ipcns.IPCSet:
-		var b [msqidDSSize]byte
-		if err := r.Task.ReadMem(buf, b[:]); err != nil {
-			r.Reply(0, err)
-			return
-		}
-		// Sleepers recheck their permission, senders may now fit:
-		// every task asleep in the trap is one (Observe, drain.go).
-		r.Observe(func() {
-			if err := r.Valid(); err != nil {
-				return
-			}
-			r.Reply(0, eng.Set(c, msqid, le.Uint32(b[4:]), le.Uint32(b[8:]), uint32(le.Uint16(b[20:])), le.Uint64(b[88:])))
-		})
+		n.msgctlSet(r, msqid, buf)
 	case ipcns.IPCRmid:
 		r.Observe(func() {
 			if err := r.Valid(); err != nil {
 				return
 			}
-			r.Reply(0, eng.Remove(c, msqid))
+			r.Reply(0, eng.Remove(&r.Task.Caller, msqid))
 		})
 	default:
 		r.Reply(0, unix.EINVAL)
 	}
 }
 
-// putPerm writes struct ipc64_perm (48 bytes) at the start of b.
-func putPerm(b []byte, p *ipcns.Perm) {
-	le := binary.LittleEndian
-	le.PutUint32(b[0:], uint32(p.Key))
-	le.PutUint32(b[4:], p.UID)
-	le.PutUint32(b[8:], p.GID)
-	le.PutUint32(b[12:], p.CUID)
-	le.PutUint32(b[16:], p.CGID)
-	le.PutUint16(b[20:], p.Mode)
-	le.PutUint16(b[24:], p.Seq)
+// msgctlInfo is IPC_INFO and MSG_INFO: struct msginfo is written to buf;
+// the answer is the highest index in use.
+func (n *Engines) msgctlInfo(r *Request, msqid int32, cmd int, buf uint64) {
+	mi, maxIdx, err := n.msg.Info(msqid, cmd)
+	if err != nil {
+		r.Reply(0, err)
+		return
+	}
+	info := abi.MsgInfo{
+		Msgpool: mi.Msgpool, Msgmap: mi.Msgmap, Msgmax: mi.Msgmax, Msgmnb: mi.Msgmnb,
+		Msgmni: mi.Msgmni, Msgssz: mi.Msgssz, Msgtql: mi.Msgtql, Msgseg: mi.Msgseg,
+	}
+	var b [abi.SizeOfMsgInfo]byte
+	info.MarshalBytes(b[:])
+	if !r.copyOut(buf, b[:]) {
+		return
+	}
+	r.Reply(int64(maxIdx), nil)
+}
+
+// msgctlStat is IPC_STAT, MSG_STAT and MSG_STAT_ANY: struct msqid64_ds
+// is written to buf; the answer is 0 (IPC_STAT) or the queue's id.
+func (n *Engines) msgctlStat(r *Request, msqid int32, cmd int, buf uint64) {
+	st, ret, err := n.msg.Stat(&r.Task.Caller, msqid, cmd)
+	if err != nil {
+		r.Reply(0, err)
+		return
+	}
+	ds := abi.MsqidDS{
+		Perm:  abiPerm(&st.Perm),
+		Stime: st.Stime, Rtime: st.Rtime, Ctime: st.Ctime,
+		Cbytes: st.Cbytes, Qnum: st.Qnum, Qbytes: st.Qbytes,
+		Lspid: st.Lspid, Lrpid: st.Lrpid,
+	}
+	var b [abi.SizeOfMsqidDS]byte
+	ds.MarshalBytes(b[:])
+	if !r.copyOut(buf, b[:]) {
+		return
+	}
+	r.Reply(int64(ret), nil)
+}
+
+// msgctlSet is IPC_SET: struct msqid64_ds is read from buf first
+// (EFAULT), then msg_perm's uid, gid, the permission bits of mode and
+// msg_qbytes are set. Sleepers recheck their permission, senders may now
+// fit: every task asleep in the trap is one (Observe, drain.go).
+func (n *Engines) msgctlSet(r *Request, msqid int32, buf uint64) {
+	var b [abi.SizeOfMsqidDS]byte
+	if err := r.Task.ReadMem(buf, b[:]); err != nil {
+		r.Reply(0, err)
+		return
+	}
+	var ds abi.MsqidDS
+	ds.UnmarshalBytes(b[:])
+	r.Observe(func() {
+		if err := r.Valid(); err != nil {
+			return
+		}
+		r.Reply(0, n.msg.Set(&r.Task.Caller, msqid, ds.Perm.UID, ds.Perm.GID, ds.Perm.Mode, ds.Qbytes))
+	})
 }
 
 // pageSize is the granularity at which a copy into the caller can fault.
