@@ -138,6 +138,7 @@ func (e *Engine) SetHeaders(offset, limit int) (out []SetHeader, total int) {
 	} else {
 		all = nil
 	}
+	out = make([]SetHeader, 0, min(max(limit, 0), len(all)))
 	for _, s := range all {
 		if len(out) >= limit {
 			break

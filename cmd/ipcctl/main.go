@@ -3,6 +3,7 @@
 // waits on what, and the SEM_UNDO entries; and the shims' metrics.
 //
 //	ipcctl [-json] [-pod NAME] [-container ID] [show]   objects, waiters, undo (default)
+//	ipcctl [-json] [-limit N] [-offset N] [show]       the sets and queues from the N-th
 //	ipcctl [-json] -set ID [-ns INODE] [-offset N]      a set's semaphores, -limit of them
 //	ipcctl [-json] waiters                              only the sleepers
 //	ipcctl metrics                                      every shim's metrics, merged (Prometheus text)
@@ -62,7 +63,7 @@ func main() {
 	timeout := fs.Duration("timeout", 5*time.Second, "per-shim timeout")
 	set := fs.Int("set", -1, "show the semaphores of the set with this id (a page of -limit from -offset)")
 	ns := fs.Uint64("ns", 0, "only the engine namespace of this IPC namespace inode")
-	offset := fs.Int("offset", 0, "with -set: the first semaphore shown")
+	offset := fs.Int("offset", 0, "with -set: the first semaphore shown; without: the first set and queue listed")
 	limit := fs.Int("limit", 0, fmt.Sprintf("cap of each list per namespace, and of a set's page (default %d, at most %d)", control.DefaultLimit, control.MaxLimit))
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: ipcctl [flags] [show|waiters|metrics|exporter]\n")
@@ -291,7 +292,7 @@ func printTables(w io.Writer, out *Output, waitersOnly bool) {
 				}
 			}
 			if len(n.Truncated) > 0 {
-				fmt.Fprintf(tw, "\n   cut at the limit: %s (the usage line counts them all; -limit N shows more)\n", strings.Join(n.Truncated, ", "))
+				fmt.Fprintf(tw, "\n   cut at the limit: %s (the usage line counts them all; -limit N and -offset N show more)\n", strings.Join(n.Truncated, ", "))
 			}
 			fmt.Fprintln(tw)
 		}

@@ -23,9 +23,11 @@ const (
 	// namespace lists, and how many semaphores a set's page holds, when
 	// the query does not say.
 	DefaultLimit = 1000
-	// MaxLimit caps Query.Limit: IPCMNI, so that every set or queue of a
-	// namespace fits one answer.
-	MaxLimit = 32768
+	// MaxLimit caps Query.Limit: half of IPCMNI, so that the largest
+	// answer (every list full) stays within 32 MiB of the shim's memory;
+	// the sets and queues of a full namespace take two pages
+	// (Query.Offset).
+	MaxLimit = 16384
 	// InlineSems is how many per-semaphore values an undo entry
 	// (adjustments) or a waiter (operations) carries in a list; the rest
 	// are in the set's page (Query.Set).
@@ -42,6 +44,8 @@ type Query struct {
 	// set's undo entries with their adjustments of those semaphores.
 	Set    int32
 	HasSet bool
+	// Offset is the first semaphore of the set's page with HasSet, else
+	// the first set and queue listed (in index order).
 	Offset int
 	// Limit caps each list (0: DefaultLimit; at most MaxLimit).
 	Limit int
@@ -67,9 +71,9 @@ func (q Query) Values() url.Values {
 	}
 	if q.HasSet {
 		v.Set("set", strconv.Itoa(int(q.Set)))
-		if q.Offset != 0 {
-			v.Set("offset", strconv.Itoa(q.Offset))
-		}
+	}
+	if q.Offset != 0 {
+		v.Set("offset", strconv.Itoa(q.Offset))
 	}
 	if q.Limit != 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
@@ -253,8 +257,9 @@ type NamespaceState struct {
 	Waiters    []Waiter    `json:"waiters"`
 	Undo       []Undo      `json:"undo"`
 	// Truncated names the lists ("sem_sets", "msg_queues", "waiters",
-	// "undo") that hold fewer entries than Usage counts: the query's
-	// limit cut them.
+	// "undo") that the query's limit cut: entries follow the ones listed
+	// (Usage counts them all; Query.Offset reaches the sets and queues
+	// after).
 	Truncated []string `json:"truncated,omitempty"`
 }
 

@@ -268,8 +268,8 @@ func buildNamespaceState(ino uint64, eng *gateway.Engines, members []string, ctr
 	header := func(h semengine.SetHeader) control.SemSet {
 		return control.SemSet{ID: h.ID, Perm: perm(h.Perm), Otime: h.Otime, Ctime: h.Ctime, Nsems: h.Nsems, Waiters: h.Waiters, Undos: h.Undos}
 	}
-	truncated := func(name string, listed, total int) {
-		if listed < total {
+	truncated := func(name string, from, listed, total int) {
+		if from+listed < total {
 			out.Truncated = append(out.Truncated, name)
 		}
 	}
@@ -288,20 +288,26 @@ func buildNamespaceState(ino uint64, eng *gateway.Engines, members []string, ctr
 			adjLo, adjN = set.SemsOffset, len(page)
 		}
 	} else {
-		hs, total := sem.SetHeaders(0, limit)
+		hs, total := sem.SetHeaders(q.Offset, limit)
+		out.SemSets = make([]control.SemSet, 0, len(hs))
 		for _, h := range hs {
 			out.SemSets = append(out.SemSets, header(h))
 		}
-		truncated("sem_sets", len(hs), total)
+		truncated("sem_sets", q.Offset, len(hs), total)
 	}
 
-	qs, total := msg.QueuesN(0, limit)
+	qoff := q.Offset
+	if q.HasSet {
+		qoff = 0
+	}
+	qs, total := msg.QueuesN(qoff, limit)
+	out.Queues = make([]control.Queue, 0, len(qs))
 	for _, qi := range qs {
 		out.Queues = append(out.Queues, control.Queue{ID: qi.ID, Perm: perm(qi.Perm), Stime: qi.Stime, Rtime: qi.Rtime, Ctime: qi.Ctime,
 			Messages: qi.Qnum, Bytes: qi.Cbytes, Qbytes: qi.Qbytes, Lspid: pidp(qi.Lspid), Lrpid: pidp(qi.Lrpid),
 			Senders: qi.Senders, Receivers: qi.Receivers, Reserved: qi.Reserved})
 	}
-	truncated("msg_queues", len(qs), total)
+	truncated("msg_queues", qoff, len(qs), total)
 
 	sws, semWaiters := sem.WaitersN(limit)
 	for _, w := range sws {
@@ -324,7 +330,7 @@ func buildNamespaceState(ino uint64, eng *gateway.Engines, members []string, ctr
 		}
 		out.Waiters = append(out.Waiters, cw)
 	}
-	truncated("waiters", len(out.Waiters), semWaiters+msgWaiters)
+	truncated("waiters", 0, len(out.Waiters), semWaiters+msgWaiters)
 
 	// Undo entries: those of the asked-for set with the adjustments of
 	// its page, else every set's with their first InlineSems. The
@@ -340,6 +346,6 @@ func buildNamespaceState(ino uint64, eng *gateway.Engines, members []string, ctr
 		out.Undo = append(out.Undo, control.Undo{SemID: un.SemID, Key: semKey(un.SemID), Pid: pid(un.Pid),
 			Adj: un.Adj, AdjOffset: un.AdjOffset, AdjTruncated: un.AdjOffset+len(un.Adj) < un.Nsems})
 	}
-	truncated("undo", len(out.Undo), undoTotal)
+	truncated("undo", 0, len(out.Undo), undoTotal)
 	return out
 }

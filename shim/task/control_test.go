@@ -33,6 +33,11 @@ func TestNamespaceStateBounded(t *testing.T) {
 		t.Fatalf("limit 2: %d sets, %d undo, truncated %v", len(st.SemSets), len(st.Undo), st.Truncated)
 	}
 
+	st = buildNamespaceState(1, e, nil, nil, nil, time.Now(), control.Query{Offset: 3, Limit: 2})
+	if len(st.SemSets) != 2 || st.SemSets[1].ID != st.SemSets[0].ID+1 || slices.Contains(st.Truncated, "sem_sets") {
+		t.Fatalf("the last page: %+v, truncated %v", st.SemSets, st.Truncated)
+	}
+
 	st = buildNamespaceState(1, e, nil, nil, nil, time.Now(), control.Query{Set: first, HasSet: true, Offset: 90, Limit: 20})
 	if len(st.SemSets) != 1 {
 		t.Fatalf("detail: %d sets", len(st.SemSets))
