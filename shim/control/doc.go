@@ -9,9 +9,19 @@
 // that names the shim's seccomp listener socket, so one shim has one of
 // each) and serves HTTP/1.1 on it:
 //
-//	GET /v1/state    the Snapshot below, as JSON
+//	GET /v1/state    the Snapshot below, as JSON: summaries (Query)
+//	GET /v1/state?set=ID[&ns=INODE][&offset=N][&limit=N]
+//	                 set ID's semaphores, a page of them
+//	GET /v1/state?limit=N[&offset=N]
+//	                 lists of N entries, sets and queues from the N-th
 //	GET /metrics     Prometheus text format (client_golang)
 //	GET /healthz     "ok"
+//
+// A read costs what it asks for, not what the namespaces hold: the
+// default answer is each namespace's counts and at most DefaultLimit
+// set headers, queues, waiters and undo entries (Truncated names the lists
+// cut); a set's semaphores are copied only for its page; /metrics reads
+// counts only (docs/bench-host.md has the figures).
 //
 // ipcctl lists Dir, dials each socket and merges the answers; a socket
 // nobody answers on (a shim killed without cleanup) is reported and
@@ -23,8 +33,8 @@
 // by people and scripts, not by containerd; `curl --unix-socket` works on
 // it with nothing else installed, the same server carries the Prometheus
 // text format (which is HTTP), and there is no protobuf to generate and
-// version. The snapshot is small (objects and sleepers of one shim's
-// pods) and built only when asked, never on the trapped path.
+// version. The snapshot is bounded (a page of objects and sleepers of one
+// shim's pods) and built only when asked, never on the trapped path.
 //
 // # Metrics
 //
