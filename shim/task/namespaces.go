@@ -3,6 +3,7 @@ package task
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,10 @@ type EngineTable struct {
 	ctrs  map[string]*member
 	byIno map[uint64]*servedNamespace
 	// nested holds the ballasts of namespaces not a container's, by the
-	// memory cgroup (cgroup.procs file) of the processes that made them.
-	nested map[string]*memcharge.Ballast
+	// memory cgroup (cgroup.procs file) of the processes that made them;
+	// nestedCount counts those namespaces (MaxNested).
+	nested      map[string]*memcharge.Ballast
+	nestedCount int
 }
 
 type member struct {
@@ -61,6 +64,8 @@ type servedNamespace struct {
 	// ballast charges the engines' bytes to the pod's memory cgroup; nil
 	// unless EngineTable.ChargePods.
 	ballast *memcharge.Ballast
+	// nested marks a namespace a process made itself, not a container's.
+	nested bool
 
 	// hostMu protects hosts: the containers (in the order they came) and
 	// one process of each whose memory cgroup can take the ballast's
@@ -322,38 +327,99 @@ func (n *EngineTable) Len() int {
 	return len(n.byIno)
 }
 
+// MaxNested bounds the engine namespaces a shim makes for IPC namespaces
+// that processes made themselves (unshare -i, not a container's). The
+// kernel bounds them with user.max_ipc_namespaces and frees one with its
+// last process; the shim learns of neither, so when the bound is reached
+// it frees those no process on the host is in any more (sweepNested) and
+// refuses the rest with ENOMEM.
+const MaxNested = 1024
+
+// nestedBytes is what an engine namespace of its own costs the shim
+// (11.3 KB measured: engines, registries, limits), charged to the
+// creator's memory cgroup like its objects.
+const nestedBytes = 16 << 10
+
 // engines returns the engine namespace of kernel IPC namespace ino. A
 // process that made an IPC namespace of its own inside a container
 // (unshare -i) gets a fresh one with Linux's defaults, as from the
-// kernel; it lives as long as the shim.
-func (n *EngineTable) engines(ino uint64, caller int) *gateway.Engines {
+// kernel, charged to the memory cgroup of the process that made it; it
+// lives until a sweep finds no process in it. The error (ENOMEM) is the
+// call's answer when none can be made.
+func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) {
 	n.mu.RLock()
 	e := n.byIno[ino]
 	n.mu.RUnlock()
 	if e != nil {
-		return e.eng
+		return e.eng, nil
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if e = n.byIno[ino]; e == nil {
-		name := "ipc:" + strconv.FormatUint(ino, 10)
-		e = &servedNamespace{eng: gateway.NewEngines(name, ipcns.DefaultLimits()), limits: ipcns.DefaultLimits(), members: map[string]struct{}{}}
-		if n.ChargePods {
-			// Charged to the memory cgroup of the process that made it.
-			if procs, err := memcharge.MemoryCgroup(caller); err != nil {
-				n.logf("IPC namespace %d: objects not charged: memory cgroup of pid %d: %v", ino, caller, err)
-			} else if b := n.nestedBallastLocked(procs); b != nil {
-				_ = e.eng.Sem().Resources().SetAccount(b)
-			}
-		}
-		n.byIno[ino] = e
-		n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
+	if e = n.byIno[ino]; e != nil {
+		return e.eng, nil
 	}
-	return e.eng
+	if n.nestedCount >= MaxNested {
+		n.sweepNestedLocked()
+		if n.nestedCount >= MaxNested {
+			n.logf("IPC namespace %d: refused, %d namespaces not a container's are in use (MaxNested)", ino, n.nestedCount)
+			return nil, unix.ENOMEM
+		}
+	}
+	name := "ipc:" + strconv.FormatUint(ino, 10)
+	e = &servedNamespace{eng: gateway.NewEngines(name, ipcns.DefaultLimits()), limits: ipcns.DefaultLimits(), members: map[string]struct{}{}, nested: true}
+	if n.ChargePods {
+		res := e.eng.Sem().Resources()
+		if procs, err := memcharge.MemoryCgroup(caller); err != nil {
+			n.logf("IPC namespace %d: objects not charged: memory cgroup of pid %d: %v", ino, caller, err)
+		} else if b := n.nestedBallastLocked(procs); b != nil {
+			_ = res.SetAccount(b)
+		}
+		if err := res.Charge(nestedBytes); err != nil {
+			_ = res.SetAccount(nil)
+			return nil, unix.ENOMEM
+		}
+	}
+	n.byIno[ino] = e
+	n.nestedCount++
+	n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
+	return e.eng, nil
+}
+
+// sweepNestedLocked frees the engine namespaces not a container's whose
+// kernel namespace no process on the host is in (its objects die with
+// it, as the kernel's do with free_ipc_ns). It reads every process's
+// /proc/PID/ns/ipc once.
+func (n *EngineTable) sweepNestedLocked() {
+	inUse := map[uint64]bool{}
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		if ent.Name()[0] < '0' || ent.Name()[0] > '9' {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+ent.Name()+"/ns/ipc", &st) == nil {
+			inUse[st.Ino] = true
+		}
+	}
+	for ino, e := range n.byIno {
+		if e.nested && !inUse[ino] {
+			delete(n.byIno, ino)
+			n.nestedCount--
+			_ = e.eng.Sem().Resources().SetAccount(nil) // gives back what it held
+			n.logf("IPC namespace %d: no process left in it, engine namespace freed", ino)
+		}
+	}
 }
 
 // Handle serves one trapped call (gateway.Handler).
-func (n *EngineTable) Handle(r *gateway.Request) { n.engines(r.Task.IPCNS, r.Task.Tgid).Handle(r) }
+func (n *EngineTable) Handle(r *gateway.Request) {
+	e, err := n.engines(r.Task.IPCNS, r.Task.Tgid)
+	if err != nil {
+		r.Reply(0, err)
+		return
+	}
+	e.Handle(r)
+}
 
 // Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
 func (n *EngineTable) Exit(pid *ipcns.Pid) {
