@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,11 +35,27 @@ func ipcctl(t *testing.T, e *env, args ...string) string {
 	if ipcctlErr != nil {
 		t.Fatal(ipcctlErr)
 	}
-	out, err := exec.Command(ipcctlBin, args...).Output()
-	if err != nil {
-		t.Fatalf("ipcctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	out, status := ipcctlStatus(t, args...)
+	// 3 (no shim runs) and 4 (none holds what was asked for) are answers.
+	if status != 0 && status != 3 && status != 4 {
+		t.Fatalf("ipcctl %s: exit status %d\n%s", strings.Join(args, " "), status, out)
 	}
-	return string(out)
+	return out
+}
+
+// ipcctlStatus runs the built ipcctl and returns its output and exit
+// status.
+func ipcctlStatus(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(ipcctlBin, args...).Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("ipcctl %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out), 0
 }
 
 type ipcctlOutput struct {

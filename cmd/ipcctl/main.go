@@ -18,6 +18,11 @@
 // It finds the shims by their control sockets in
 // /run/containerd-shim-ipc/control (see package shim/control) and needs
 // root, like the sockets.
+//
+// Exit status: 0 when something was shown; 1 on an error (no shim that
+// was asked answered); 2 on a usage error; 3 when no shim serves System V
+// IPC on the node (nothing running); 4 when shims run but none holds the
+// -pod or -container asked for (not found).
 package main
 
 import (
@@ -74,6 +79,9 @@ func main() {
 	if fs.NArg() > 0 {
 		cmd = fs.Arg(0)
 		_ = fs.Parse(fs.Args()[1:]) // flags after the command
+		if fs.NArg() > 0 {
+			usageError(fs, fmt.Sprintf("unexpected argument %q after %s", fs.Arg(0), cmd))
+		}
 	}
 	switch cmd {
 	case "show", "waiters":
@@ -82,6 +90,7 @@ func main() {
 			q.Set, q.HasSet = int32(*set), true
 		}
 		out := collect(*dir, *timeout, q)
+		running := len(out.Shims) > 0
 		filter(&out, *pod, *ctr)
 		if *asJSON {
 			enc := json.NewEncoder(os.Stdout)
@@ -89,9 +98,10 @@ func main() {
 			if err := enc.Encode(out); err != nil {
 				fatal(err)
 			}
-			return
+		} else {
+			printTables(os.Stdout, &out, cmd == "waiters")
 		}
-		printTables(os.Stdout, &out, cmd == "waiters")
+		os.Exit(showStatus(&out, running, *pod, *ctr))
 	case "metrics":
 		if err := writeMetrics(os.Stdout, *dir, *timeout); err != nil {
 			fatal(err)
@@ -109,14 +119,48 @@ func main() {
 		fmt.Fprintf(os.Stderr, "ipcctl: serving the shims' metrics on http://%s/metrics\n", *listen)
 		fatal(http.ListenAndServe(*listen, nil))
 	default:
-		fs.Usage()
-		os.Exit(2)
+		usageError(fs, fmt.Sprintf("unknown command %q", cmd))
 	}
+}
+
+// Exit statuses (see the package comment).
+const (
+	exitError    = 1
+	exitUsage    = 2
+	exitNothing  = 3
+	exitNotFound = 4
+	exitShown    = 0
+)
+
+// showStatus is show's exit status: nothing running, not found, every
+// shim failing, or shown.
+func showStatus(out *Output, running bool, pod, ctr string) int {
+	switch {
+	case !running && len(out.Errors) > 0:
+		return exitError
+	case !running:
+		return exitNothing
+	case len(out.Shims) == 0 && (pod != "" || ctr != ""):
+		what := "container " + ctr
+		if pod != "" {
+			what = "pod " + pod
+		}
+		fmt.Fprintf(os.Stderr, "ipcctl: no shim serves %s\n", what)
+		return exitNotFound
+	}
+	return exitShown
+}
+
+// usageError names what was wrong, prints the usage and exits 2.
+func usageError(fs *flag.FlagSet, msg string) {
+	fmt.Fprintf(os.Stderr, "ipcctl: %s\n", msg)
+	fs.Usage()
+	os.Exit(exitUsage)
 }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "ipcctl:", err)
-	os.Exit(1)
+	os.Exit(exitError)
 }
 
 func collect(dir string, timeout time.Duration, q control.Query) Output {
