@@ -189,6 +189,7 @@ func usage() {
   fill SIZE MAXBYTES                 private queues filled with SIZE-byte messages
                                      (IPC_NOWAIT) until an error or MAXBYTES queued;
                                      "queued N" per MiB, then "stopped N ERR/ok"
+  rmall                              remove every queue of the namespace
   worker SEMKEY MSGKEY N             N times: lock, take the counter from the
                                      queue, put it back plus one, unlock
 `)
@@ -325,6 +326,17 @@ func main() {
 	case "fill":
 		need(2)
 		fill(int(num(a[0])), num(a[1]))
+	case "rmall":
+		// Every queue of the namespace, found by index (MSG_STAT).
+		n := 0
+		var ds [120]byte
+		for idx := 0; idx < 32768; idx++ {
+			id, err := msgctl(idx, 11, uintptr(unsafe.Pointer(&ds[0]))) // MSG_STAT
+			if err == nil && func() bool { _, err := msgctl(id, ipcRmid, 0); return err == nil }() {
+				n++
+			}
+		}
+		fmt.Println("removed", n)
 	case "msgqnum":
 		need(1)
 		var ds [120]byte // struct msqid64_ds
@@ -477,17 +489,20 @@ func main() {
 }
 
 // fill queues messages of size bytes in private queues (a new queue when
-// one is full) until a call fails otherwise or max bytes are queued.
-func fill(size int, max int64) {
+// one is full) until a call fails otherwise or max bytes are queued. It
+// returns the queues it made.
+func fill(size int, max int64) []int {
 	text := strings.Repeat("x", size)
 	var queued, reported int64
 	q := -1
 	var err error
+	var queues []int
 	for queued < max {
 		if q < 0 {
 			if q, err = msgget(0, 0o600); err != nil { // IPC_PRIVATE
 				break
 			}
+			queues = append(queues, q)
 		}
 		err = msgsnd(q, 1, text, ipcNoWait)
 		if err == unix.EAGAIN {
@@ -505,7 +520,8 @@ func fill(size int, max int64) {
 	}
 	if err != nil {
 		fmt.Printf("stopped %d ERR %s\n", queued, unix.ErrnoName(err.(unix.Errno)))
-		return
+		return queues
 	}
 	fmt.Printf("stopped %d ok\n", queued)
+	return queues
 }
