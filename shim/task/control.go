@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -21,8 +20,8 @@ import (
 )
 
 // The shim's control endpoint (shim/control): what ipcctl and the
-// metrics read. This file keeps what the snapshot needs besides the
-// engines: each container's CRI identity and pid namespace.
+// metrics read. The snapshot reads the engines and, from each
+// container's record, its CRI identity and pid namespace.
 
 // CRI annotations of a container's OCI spec.
 const (
@@ -34,6 +33,7 @@ const (
 	annSandboxUID    = "io.kubernetes.cri.sandbox-uid"
 )
 
+// ctrMeta is what the control endpoint shows of a container.
 type ctrMeta struct {
 	name    string
 	sandbox bool
@@ -42,15 +42,13 @@ type ctrMeta struct {
 	initPid int
 }
 
+// controlState is the control endpoint's server and metrics; what it
+// shows of each container is in the container's record (EngineTable).
 type controlState struct {
 	started time.Time
 	cns     string
 	srv     *control.Server
 	metrics *control.Metrics
-
-	mu    sync.Mutex
-	ctrs  map[string]*ctrMeta
-	pidns map[uint64]string // pid namespace inode -> container id
 }
 
 // startControl opens the control socket next to the listener socket and
@@ -58,7 +56,7 @@ type controlState struct {
 // containers run without the host view.
 func (s *Service) startControl(sd shutdown.Service) {
 	cns, _ := namespaces.Namespace(s.ctx)
-	s.ctl = &controlState{started: time.Now(), cns: cns, ctrs: map[string]*ctrMeta{}, pidns: map[uint64]string{}}
+	s.ctl = &controlState{started: time.Now(), cns: cns}
 	s.ctl.metrics = control.NewMetrics(s.metricsSnapshot)
 	s.gw.SetObserver(s.ctl.metrics)
 	reg := prometheus.NewRegistry()
@@ -73,59 +71,27 @@ func (s *Service) startControl(sd shutdown.Service) {
 	sd.RegisterCallback(func(context.Context) error { return srv.Close() })
 }
 
-// noteSpec records a container's CRI identity from its spec's annotations.
-func (s *Service) noteSpec(id string, sp *specs.Spec) {
-	if s.ctl == nil || sp == nil {
-		return
+// metaOf returns a container's CRI identity from its spec's annotations.
+func metaOf(sp *specs.Spec) ctrMeta {
+	if sp == nil {
+		return ctrMeta{}
 	}
 	a := sp.Annotations
-	m := &ctrMeta{name: a[annContainerName], sandbox: a[annContainerType] == "sandbox"}
+	m := ctrMeta{name: a[annContainerName], sandbox: a[annContainerType] == "sandbox"}
 	if a[annSandboxName] != "" {
 		m.pod = &control.Pod{Name: a[annSandboxName], Namespace: a[annSandboxNS], UID: a[annSandboxUID], SandboxID: a[annSandboxID]}
 	}
-	s.ctl.mu.Lock()
-	s.ctl.ctrs[id] = m
-	s.ctl.mu.Unlock()
+	return m
 }
 
 // noteProcess records the pid namespace of a served process of container
 // id (its init or an exec), to tell which container a pid is in.
 func (s *Service) noteProcess(id string, pid int) {
-	if s.ctl == nil {
-		return
-	}
-	var st struct{ ino uint64 }
+	var ino uint64
 	if fi, err := os.Stat(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil {
-		st.ino = inodeOf(fi)
+		ino = inodeOf(fi)
 	}
-	s.ctl.mu.Lock()
-	defer s.ctl.mu.Unlock()
-	m := s.ctl.ctrs[id]
-	if m == nil {
-		m = &ctrMeta{}
-		s.ctl.ctrs[id] = m
-	}
-	if m.initPid == 0 {
-		m.initPid, m.pidns = pid, st.ino
-	}
-	if _, ok := s.ctl.pidns[st.ino]; st.ino != 0 && !ok {
-		s.ctl.pidns[st.ino] = id
-	}
-}
-
-// forgetContainer drops a deleted container's records.
-func (s *Service) forgetContainer(id string) {
-	if s.ctl == nil {
-		return
-	}
-	s.ctl.mu.Lock()
-	defer s.ctl.mu.Unlock()
-	delete(s.ctl.ctrs, id)
-	for ino, c := range s.ctl.pidns {
-		if c == id {
-			delete(s.ctl.pidns, ino)
-		}
-	}
+	s.ns.NoteProcess(id, pid, ino)
 }
 
 // snapshot builds the control endpoint's view of q (control.StateSource).
@@ -167,20 +133,7 @@ func (s *Service) snapshot(q control.Query) (control.Snapshot, error) {
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].ino < refs[j].ino })
 
-	var ctrs map[string]ctrMeta
-	var pidns map[uint64]string
-	if s.ctl != nil {
-		s.ctl.mu.Lock()
-		ctrs = make(map[string]ctrMeta, len(s.ctl.ctrs))
-		for id, m := range s.ctl.ctrs {
-			ctrs[id] = *m
-		}
-		pidns = make(map[uint64]string, len(s.ctl.pidns))
-		for k, v := range s.ctl.pidns {
-			pidns[k] = v
-		}
-		s.ctl.mu.Unlock()
-	}
+	ctrs, pidns := s.ns.containerMetas()
 	now := time.Now()
 	for _, r := range refs {
 		snap.Namespaces = append(snap.Namespaces, buildNamespaceState(r.ino, r.e.eng, r.members, ctrs, pidns, now, q))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +33,8 @@ type EngineTable struct {
 	ChargePods bool
 
 	mu    sync.RWMutex
-	ctrs  map[string]*member
+	seq   uint64
+	ctrs  map[string]*servedContainer
 	byIno map[uint64]*servedNamespace
 	// nested holds the ballasts of namespaces not a container's, by the
 	// memory cgroup (cgroup.procs file) of the processes that made them;
@@ -41,9 +43,26 @@ type EngineTable struct {
 	nestedCount int
 }
 
-type member struct {
+// servedContainer is everything the shim keeps about one container it
+// serves, in one record: made by Prepare (Create) or, for another shim's
+// container joining, by its first listener (Attach), and dropped by
+// Remove (Delete) or its last listener (Release). The in-container view
+// (view.go) is keyed by the same id. EngineTable.mu guards it.
+type servedContainer struct {
 	limits ipcns.Limits
-	ino    uint64 // 0 until runc sent the container's listener
+	// opts is what spec.Plan found: whether the container's threads' IPC
+	// namespaces and ids may be cached. Zero (reread on every call) for
+	// another shim's container.
+	opts gateway.ListenerOptions
+	// meta is its CRI identity and pid namespace, for the control
+	// endpoint (control.go).
+	meta ctrMeta
+	// pidns lists the pid namespaces of its served processes (its
+	// init's, and an exec's if different): a pid seen in one is the
+	// container's.
+	pidns []uint64
+	ino   uint64 // 0 until runc sent the container's listener
+	seq   uint64 // order of recording: a shared pid namespace is the first's
 	// cgroup is the cgroup.procs file of the container's memory cgroup
 	// (with ChargePods), read when its first listener came.
 	cgroup string
@@ -114,7 +133,7 @@ func (e *servedNamespace) removeHost(container string) {
 
 // NewNamespaces returns an empty mapping.
 func NewEngineTable() *EngineTable {
-	return &EngineTable{ctrs: map[string]*member{}, byIno: map[uint64]*servedNamespace{}}
+	return &EngineTable{ctrs: map[string]*servedContainer{}, byIno: map[uint64]*servedNamespace{}}
 }
 
 func (n *EngineTable) logf(format string, args ...any) {
@@ -123,12 +142,60 @@ func (n *EngineTable) logf(format string, args ...any) {
 	}
 }
 
-// Prepare records a trapped container before runc creates it, with the
-// limits its spec asks for.
-func (n *EngineTable) Prepare(id string, l ipcns.Limits) {
+// Prepare records a trapped container before runc creates it: the
+// limits its spec asks for, what its threads' identities may cache, and
+// its CRI identity.
+func (n *EngineTable) Prepare(id string, l ipcns.Limits, opts gateway.ListenerOptions, meta ctrMeta) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.ctrs[id] = &member{limits: l}
+	n.seq++
+	n.ctrs[id] = &servedContainer{limits: l, opts: opts, meta: meta, seq: n.seq}
+}
+
+// ListenerOptions returns what container id's spec lets the gateway cache
+// (zero for a container not created through this shim).
+func (n *EngineTable) ListenerOptions(id string) gateway.ListenerOptions {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if c := n.ctrs[id]; c != nil {
+		return c.opts
+	}
+	return gateway.ListenerOptions{}
+}
+
+// NoteProcess records pidns, the pid namespace (inode) of a served process
+// of container id, pid: the first is the container's init.
+func (n *EngineTable) NoteProcess(id string, pid int, pidns uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := n.ctrs[id]
+	if c == nil {
+		return
+	}
+	if c.meta.initPid == 0 {
+		c.meta.initPid, c.meta.pidns = pid, pidns
+	}
+	if pidns != 0 && !slices.Contains(c.pidns, pidns) {
+		c.pidns = append(c.pidns, pidns)
+	}
+}
+
+// containerMetas returns a copy of every container's meta, and which
+// container each served pid namespace belongs to (the first recorded).
+func (n *EngineTable) containerMetas() (map[string]ctrMeta, map[uint64]string) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	metas := make(map[string]ctrMeta, len(n.ctrs))
+	owner := map[uint64]string{}
+	for id, c := range n.ctrs {
+		metas[id] = c.meta
+		for _, p := range c.pidns {
+			if prev, ok := owner[p]; !ok || n.ctrs[prev].seq > c.seq {
+				owner[p] = id
+			}
+		}
+	}
+	return metas, owner
 }
 
 // Attach binds container id to the kernel IPC namespace ino of its
@@ -141,7 +208,8 @@ func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
 	if m == nil {
 		// Not created through this shim's Create: a container of
 		// another shim joining one of this shim's IPC namespaces.
-		m = &member{limits: ipcns.DefaultLimits(), foreign: true}
+		n.seq++
+		m = &servedContainer{limits: ipcns.DefaultLimits(), foreign: true, seq: n.seq}
 		n.ctrs[id] = m
 	}
 	if m.foreign {

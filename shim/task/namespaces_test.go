@@ -3,6 +3,8 @@ package task
 import (
 	"os"
 	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 )
 
 // Namespaces not a container's are bounded: at MaxNested the ones no
@@ -31,5 +33,44 @@ func TestNestedBounded(t *testing.T) {
 	}
 	if n.Known(1 << 40) {
 		t.Fatal("the sweep left a namespace nobody is in")
+	}
+}
+
+// One record per container: what Create records (listener options, CRI
+// identity) and what the listeners add (pid namespaces) go with Remove.
+func TestContainerRecord(t *testing.T) {
+	n := NewEngineTable()
+	opts := gateway.ListenerOptions{NSFixed: true, IDsFixed: true}
+	n.Prepare("sb", ipcDefault(), opts, ctrMeta{sandbox: true})
+	n.Prepare("c1", ipcDefault(), gateway.ListenerOptions{NSFixed: true}, ctrMeta{name: "c1"})
+	n.Attach("sb", 7, 100)
+	n.Attach("c1", 7, 200)
+	n.NoteProcess("sb", 100, 55)
+	n.NoteProcess("c1", 200, 55) // a shared pid namespace: the sandbox's
+	n.NoteProcess("c1", 300, 66) // an exec in a pid namespace of its own
+	if got := n.ListenerOptions("sb"); got != opts {
+		t.Fatalf("options %+v", got)
+	}
+	if !n.Local("c1") || n.Local("nosuch") {
+		t.Fatal("Local")
+	}
+	metas, owner := n.containerMetas()
+	if metas["sb"].initPid != 100 || !metas["sb"].sandbox || metas["c1"].initPid != 200 || metas["c1"].pidns != 55 {
+		t.Fatalf("metas %+v", metas)
+	}
+	if owner[55] != "sb" || owner[66] != "c1" {
+		t.Fatalf("pid namespace owners %v", owner)
+	}
+	if n.Remove("c1") != 0 {
+		t.Fatal("the namespace went with a container while the sandbox is in it")
+	}
+	if n.ListenerOptions("c1") != (gateway.ListenerOptions{}) || n.Local("c1") {
+		t.Fatal("record kept after Remove")
+	}
+	if _, owner = n.containerMetas(); owner[66] != "" {
+		t.Fatal("a removed container's pid namespace still attributed")
+	}
+	if n.Remove("sb") != 7 || n.Len() != 0 {
+		t.Fatal("the namespace outlived its last container")
 	}
 }

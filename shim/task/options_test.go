@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 )
 
 // CRI sends runtimeoptions.Options to a runtime type other than runc's;
@@ -54,12 +55,12 @@ func TestRuntimeOptionsFromCRI(t *testing.T) {
 
 func TestNamespacesLifecycle(t *testing.T) {
 	n := NewEngineTable()
-	n.Prepare("a", ipcDefault())
-	n.Prepare("b", ipcDefault())
+	n.Prepare("a", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+	n.Prepare("b", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
 	if !n.Attach("a", 100, 0) || n.Attach("b", 100, 0) || n.Attach("a", 100, 0) {
 		t.Fatal("a pod's containers share one namespace")
 	}
-	n.Prepare("c", ipcDefault())
+	n.Prepare("c", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
 	n.Attach("c", 200, 0)
 	if n.Len() != 2 {
 		t.Fatal(n.Len())

@@ -46,12 +46,6 @@ type Service struct {
 	srv *listener.Server // listening once the first trapped container is created
 
 	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
-
-	// nsFixed holds, by container id, what spec.Plan found of this shim's
-	// trapped containers (gateway.ListenerOptions): whether their
-	// threads' IPC namespaces and ids may be cached. A container missing
-	// here (another shim's, joining) has both reread on every call.
-	nsFixed sync.Map // string -> bool
 }
 
 // NewService wraps runc's task service.
@@ -169,8 +163,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 				}
 			}()
 		}
-		v, _ := s.nsFixed.Load(id)
-		opts, _ := v.(gateway.ListenerOptions)
+		opts := s.ns.ListenerOptions(id)
 		opts.IPCNS = ino
 		if err := s.gw.ServeListener(s.ctx, l, opts); err != nil && !errors.Is(err, context.Canceled) {
 			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
@@ -238,9 +231,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 		if err := spec.Save(r.Bundle, sp); err != nil {
 			return nil, refuse(fmt.Errorf("write the patched OCI spec: %w", err))
 		}
-		s.ns.Prepare(r.ID, plan.Limits)
-		s.nsFixed.Store(r.ID, gateway.ListenerOptions{NSFixed: plan.NSFixed, IDsFixed: plan.IDsFixed})
-		s.noteSpec(r.ID, sp)
+		s.ns.Prepare(r.ID, plan.Limits, gateway.ListenerOptions{NSFixed: plan.NSFixed, IDsFixed: plan.IDsFixed}, metaOf(sp))
 		lg.Infof("trapping %v (IPC namespace %s); namespace changes: %s; group changes: %s; id changes: %s", plan.Notified, orNew(plan.IPCPath), nsChanges(plan), groupChanges(plan), idChanges(plan))
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
@@ -248,7 +239,6 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
-		s.nsFixed.Delete(r.ID)
 	}
 	if err == nil && plan.Trapped && Wanted(sp) {
 		s.attachView(ctx, r.ID, int(resp.Pid))
@@ -262,7 +252,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 // and no code of a trapped container may run before, or a signal it
 // takes could go unseen.
 func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
-	if _, trapped := s.nsFixed.Load(r.ID); trapped {
+	if s.ns.Local(r.ID) {
 		t := time.Now()
 		if err := s.gw.Ready(ctx); err != nil {
 			return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w", err))
@@ -334,8 +324,6 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	if err == nil && r.ExecID == "" {
 		s.view.Detach(r.ID)
 		s.ns.Remove(r.ID)
-		s.nsFixed.Delete(r.ID)
-		s.forgetContainer(r.ID)
 	}
 	return resp, err
 }
