@@ -1,6 +1,7 @@
-// Package control is the shim's read-only control endpoint and the
-// host tool's view of it: what every shim on the node serves, found
-// without asking containerd.
+// Package control is the wire side of the shim's read-only control
+// endpoint: the types of its answers, the query, the socket paths and the
+// client ipcctl uses. The server and the metrics, which need the gateway
+// and the engines, are in package serve; a client links neither.
 //
 // # Discovery and transport
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control/serve"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 )
 
@@ -47,8 +48,8 @@ type ctrMeta struct {
 type controlState struct {
 	started time.Time
 	cns     string
-	srv     *control.Server
-	metrics *control.Metrics
+	srv     *serve.Server
+	metrics *serve.Metrics
 }
 
 // startControl opens the control socket next to the listener socket and
@@ -57,11 +58,11 @@ type controlState struct {
 func (s *Service) startControl(sd shutdown.Service) {
 	cns, _ := namespaces.Namespace(s.ctx)
 	s.ctl = &controlState{started: time.Now(), cns: cns}
-	s.ctl.metrics = control.NewMetrics(s.metricsSnapshot)
+	s.ctl.metrics = serve.NewMetrics(s.metricsSnapshot)
 	s.gw.SetObserver(s.ctl.metrics)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s.ctl.metrics)
-	srv, err := control.Listen(control.SocketPath(s.sock), s.snapshot, reg)
+	srv, err := serve.Listen(control.SocketPath(s.sock), s.snapshot, reg)
 	if err != nil {
 		log.G(s.ctx).WithError(err).Warn("io.containerd.ipc.v2: no control socket: ipcctl and metrics will not see this shim")
 		return
@@ -94,7 +95,7 @@ func (s *Service) noteProcess(id string, pid int) {
 	s.ns.NoteProcess(id, pid, ino)
 }
 
-// snapshot builds the control endpoint's view of q (control.StateSource).
+// snapshot builds the control endpoint's view of q (serve.StateSource).
 // Every engine read copies a bounded page under the engine's locks; none
 // is held once it returns, so the answer is encoded lock-free.
 func (s *Service) snapshot(q control.Query) (control.Snapshot, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control/serve"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 )
 
@@ -70,7 +71,7 @@ func BenchmarkHostState(b *testing.B) {
 		b.Run(name+"set-page-max", func(b *testing.B) { state(b, control.Query{Set: first, HasSet: true, Limit: control.MaxLimit}) })
 		b.Run(name+"metrics", func(b *testing.B) {
 			reg := prometheus.NewRegistry()
-			reg.MustRegister(control.NewMetrics(func() control.Snapshot {
+			reg.MustRegister(serve.NewMetrics(func() control.Snapshot {
 				return control.Snapshot{Namespaces: []control.NamespaceState{
 					buildNamespaceState(1, e, nil, nil, nil, time.Now(), control.Query{CountsOnly: true})}}
 			}))

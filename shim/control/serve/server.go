@@ -1,4 +1,4 @@
-package control
+package serve
 
 import (
 	"context"
@@ -12,16 +12,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
 )
 
 // Source builds the snapshot the metrics read: counts, limits and
 // bounds (a Query's CountsOnly), no lists.
-type Source func() Snapshot
+type Source func() control.Snapshot
 
 // StateSource builds the snapshot a query asks for (GET /v1/state). It
 // copies what it returns under the engines' locks, a bounded page at a
 // time; the answer is encoded after, with no engine lock held.
-type StateSource func(Query) (Snapshot, error)
+type StateSource func(control.Query) (control.Snapshot, error)
 
 // Server is a shim's control endpoint.
 type Server struct {
@@ -49,7 +51,7 @@ func Listen(path string, src StateSource, reg *prometheus.Registry) (*Server, er
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, r *http.Request) {
-		q, err := ParseQuery(r.URL.Query())
+		q, err := control.ParseQuery(r.URL.Query())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

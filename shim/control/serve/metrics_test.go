@@ -1,4 +1,4 @@
-package control
+package serve
 
 import (
 	"strings"
@@ -9,16 +9,17 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"golang.org/x/sys/unix"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/control"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 )
 
 func testSource(inos ...uint64) Source {
-	return func() Snapshot {
-		s := Snapshot{Shim: Shim{Pid: 42}}
+	return func() control.Snapshot {
+		s := control.Snapshot{Shim: control.Shim{Pid: 42}}
 		for _, ino := range inos {
-			l := Limits{SemMSL: 10, SemMNS: 100, SemOPM: 5, SemMNI: 8, MsgMax: 8192, MsgMNB: 1024, MsgMNI: 4}
-			s.Namespaces = append(s.Namespaces, NamespaceState{Inode: ino, Pod: &Pod{Name: "p", Namespace: "ns"}, Limits: l, Bounds: BoundsOf(l),
-				Usage: Usage{Sets: 1, Semaphores: 3, Queues: 2, Messages: 5, Bytes: 50, Waiters: 2, SemopWaiters: 1, MsgrcvWaiters: 1}})
+			l := control.Limits{SemMSL: 10, SemMNS: 100, SemOPM: 5, SemMNI: 8, MsgMax: 8192, MsgMNB: 1024, MsgMNI: 4}
+			s.Namespaces = append(s.Namespaces, control.NamespaceState{Inode: ino, Pod: &control.Pod{Name: "p", Namespace: "ns"}, Limits: l, Bounds: control.BoundsOf(l),
+				Usage: control.Usage{Sets: 1, Semaphores: 3, Queues: 2, Messages: 5, Bytes: 50, Waiters: 2, SemopWaiters: 1, MsgrcvWaiters: 1}})
 		}
 		return s
 	}
@@ -94,25 +95,25 @@ func TestServerClient(t *testing.T) {
 	m := NewMetrics(testSource(7))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	var got []Query
+	var got []control.Query
 	src := testSource(7, 8)
-	srv, err := Listen(path, func(q Query) (Snapshot, error) { got = append(got, q); return src(), nil }, reg)
+	srv, err := Listen(path, func(q control.Query) (control.Snapshot, error) { got = append(got, q); return src(), nil }, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	socks, err := Sockets(dir)
+	socks, err := control.Sockets(dir)
 	if err != nil || len(socks) != 1 || socks[0] != path {
 		t.Fatalf("sockets %v %v", socks, err)
 	}
-	c := NewClient(path, time.Second)
+	c := control.NewClient(path, time.Second)
 	s, err := c.State()
 	if err != nil || s.Shim.Pid != 42 || len(s.Namespaces) != 2 || s.Namespaces[1].Inode != 8 || s.Namespaces[0].Bounds.MaxSets != 8 {
 		t.Fatalf("state %+v %v", s, err)
 	}
-	if _, err := c.StateQuery(Query{NS: 8, Set: 0, HasSet: true, Offset: 5, Limit: 7}); err != nil {
+	if _, err := c.StateQuery(control.Query{NS: 8, Set: 0, HasSet: true, Offset: 5, Limit: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if want := []Query{{}, {NS: 8, Set: 0, HasSet: true, Offset: 5, Limit: 7}}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+	if want := []control.Query{{}, {NS: 8, Set: 0, HasSet: true, Offset: 5, Limit: 7}}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("queries %+v, want %+v", got, want)
 	}
 	if _, err := c.Get("/v1/state?limit=-1"); err == nil || !strings.Contains(err.Error(), "400") {
@@ -125,7 +126,7 @@ func TestServerClient(t *testing.T) {
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if socks, _ := Sockets(dir); len(socks) != 0 {
+	if socks, _ := control.Sockets(dir); len(socks) != 0 {
 		t.Fatalf("socket left after Close: %v", socks)
 	}
 }
