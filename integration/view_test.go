@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The in-container view (shim/sysvipcfs, shim/task/view.go): util-linux's
+// The in-container view (shim/sysvipcfs, shim/sysvipcfs/view): util-linux's
 // ipcs, lsipc and ipcrm and the IPC sysctls inside a container under the
 // shim must read exactly as under runc, where the kernel serves them.
 

@@ -87,6 +87,12 @@ func (g *Gateway) pidNamespace(dir string, depth int) (*ipcns.PidNamespace, erro
 }
 
 // nsInode returns the inode of a /proc/.../ns/* link ("ipc:[4026531839]").
+// IPCNamespace returns the inode of process pid's IPC namespace: the key
+// by which callers are told apart (Task.IPCNS).
+func IPCNamespace(pid int) (uint64, error) {
+	return nsInode("/proc/" + strconv.Itoa(pid) + "/ns/ipc")
+}
+
 func nsInode(path string) (uint64, error) {
 	var buf [64]byte
 	n, err := unix.Readlink(path, buf[:])

@@ -2,7 +2,6 @@ package task
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -47,7 +46,7 @@ type EngineTable struct {
 // serves, in one record: made by Prepare (Create) or, for another shim's
 // container joining, by its first listener (Attach), and dropped by
 // Remove (Delete) or its last listener (Release). The in-container view
-// (view.go) is keyed by the same id. EngineTable.mu guards it.
+// (shim/sysvipcfs/view) is keyed by the same id. EngineTable.mu guards it.
 type servedContainer struct {
 	limits ipcns.Limits
 	// opts is what spec.Plan found: whether the container's threads' IPC
@@ -489,6 +488,17 @@ func (n *EngineTable) Handle(r *gateway.Request) {
 	e.Handle(r)
 }
 
+// Peek returns the engine namespace of kernel IPC namespace ino without
+// making one (the in-container view's lookup).
+func (n *EngineTable) Peek(ino uint64) *gateway.Engines {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if e := n.byIno[ino]; e != nil {
+		return e.eng
+	}
+	return nil
+}
+
 // Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
 func (n *EngineTable) Exit(pid *ipcns.Pid) {
 	n.mu.RLock()
@@ -500,13 +510,4 @@ func (n *EngineTable) Exit(pid *ipcns.Pid) {
 	for _, e := range all {
 		e.Exit(pid)
 	}
-}
-
-// IPCInode returns the inode of process pid's kernel IPC namespace.
-func IPCInode(pid int) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/ipc", pid), &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
 }

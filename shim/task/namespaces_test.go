@@ -11,7 +11,7 @@ import (
 // process is in are freed, the ones in use stay.
 func TestNestedBounded(t *testing.T) {
 	n := NewEngineTable()
-	mine, err := IPCInode(os.Getpid())
+	mine, err := gateway.IPCNamespace(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/spec"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/sysvipcfs/view"
 )
 
 // Service is the task service: runc's, with Create and Delete extended.
@@ -40,7 +41,7 @@ type Service struct {
 	ns   *EngineTable
 	gw   *gateway.Gateway
 	sock string
-	view *Views // the in-container /proc view (view.go)
+	view *view.Views // the in-container /proc view
 
 	mu  sync.Mutex
 	srv *listener.Server // listening once the first trapped container is created
@@ -71,7 +72,7 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		s.unpublish(ino)
 		gw.Unwatch(ino)
 	}
-	s.view = NewViews(ns, gw)
+	s.view = view.NewViews(ns.Peek, gw)
 	s.view.Logf = func(f string, a ...any) { log.G(ctx).Infof(f, a...) }
 	sd.RegisterCallback(func(context.Context) error {
 		s.mu.Lock()
@@ -139,7 +140,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 		return fmt.Errorf("no %s in the message", listener.SeccompFdName)
 	}
 	id, pid := m.State.State.ID, m.State.Pid
-	ino, err := IPCInode(pid)
+	ino, err := gateway.IPCNamespace(pid)
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("IPC namespace of pid %d: %w", pid, err)
@@ -240,7 +241,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
 	}
-	if err == nil && plan.Trapped && Wanted(sp) {
+	if err == nil && plan.Trapped && view.Wanted(sp) {
 		s.attachView(ctx, r.ID, int(resp.Pid))
 	}
 	return resp, err
@@ -326,4 +327,15 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		s.ns.Remove(r.ID)
 	}
 	return resp, err
+}
+
+// attachView mounts the view into a created container; a failure is
+// logged and leaves the container with the kernel's (empty) files.
+func (s *Service) attachView(ctx context.Context, id string, pid int) {
+	t := time.Now()
+	if _, err := s.view.Attach(id, pid); err != nil {
+		log.G(ctx).WithField("container", id).WithError(err).Warn("io.containerd.ipc.v2: no /proc/sysvipc view in the container: ipcs there shows the kernel's empty tables")
+		return
+	}
+	log.G(ctx).WithField("container", id).Debugf("/proc/sysvipc view mounted in %v", time.Since(t))
 }

@@ -1,8 +1,7 @@
-package task
-
-// The in-container view: /proc/sysvipc/{sem,msg} and the IPC sysctls of
-// /proc/sys/kernel inside a trapped container show the engines' state,
-// served by shim/sysvipcfs (see its package comment for the mounts).
+// Package view is the in-container view: /proc/sysvipc/{sem,msg} and the
+// IPC sysctls of /proc/sys/kernel inside a trapped container show the
+// engines' state, served by shim/sysvipcfs (see its package comment for
+// the mounts).
 //
 // What a file shows:
 //
@@ -34,10 +33,10 @@ package task
 // such access compares the kernel's four limits with the ones last
 // applied. Nothing is done on the trapped path: SetLimits is an atomic
 // pointer store the engines already read per call.
+package view
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -45,9 +44,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
-	"github.com/containerd/log"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -64,8 +61,10 @@ const ViewAnnotation = "io.containerd.ipc.v2.procview"
 
 // Views are the mounted views, by container.
 type Views struct {
-	ns  *EngineTable
-	res *gateway.Gateway
+	// lookup returns the engine namespace of an IPC namespace inode, nil
+	// if the shim has none (it makes none).
+	lookup func(ino uint64) *gateway.Engines
+	res    *gateway.Gateway
 	// Logf reports; nil discards.
 	Logf func(format string, args ...any)
 
@@ -73,10 +72,10 @@ type Views struct {
 	byID map[string]*View
 }
 
-// NewViews returns an empty set serving from ns; res (may be nil) names
-// readers' pid namespaces.
-func NewViews(ns *EngineTable, res *gateway.Gateway) *Views {
-	return &Views{ns: ns, res: res, byID: map[string]*View{}}
+// NewViews returns an empty set serving the engine namespaces lookup
+// finds; res (may be nil) names readers' pid namespaces.
+func NewViews(lookup func(ino uint64) *gateway.Engines, res *gateway.Gateway) *Views {
+	return &Views{lookup: lookup, res: res, byID: map[string]*View{}}
 }
 
 func (vs *Views) logf(f string, a ...any) {
@@ -93,7 +92,7 @@ func Wanted(s *specs.Spec) bool {
 // Attach mounts the view into the container whose init is pid (created,
 // not started).
 func (vs *Views) Attach(id string, pid int) (*View, error) {
-	ino, err := IPCInode(pid)
+	ino, err := gateway.IPCNamespace(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -170,29 +169,18 @@ func (v *View) close() {
 	v.fs.Close()
 }
 
-// peek returns the engine namespace of kernel IPC namespace ino without
-// making one.
-func (n *EngineTable) peek(ino uint64) *gateway.Engines {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	if e := n.byIno[ino]; e != nil {
-		return e.eng
-	}
-	return nil
-}
-
 // engines returns the engines and namespace inode for reader r: the
 // reader's IPC namespace when this shim serves it, else the container's;
 // nil while the container's namespace has no engine yet.
 func (v *View) engines(r sysvipcfs.Reader) (*gateway.Engines, uint64) {
 	if r.Pid > 0 {
-		if ino, err := IPCInode(r.Pid); err == nil && ino != v.ino {
-			if e := v.vs.ns.peek(ino); e != nil {
+		if ino, err := gateway.IPCNamespace(r.Pid); err == nil && ino != v.ino {
+			if e := v.vs.lookup(ino); e != nil {
 				return e, ino
 			}
 		}
 	}
-	return v.vs.ns.peek(v.ino), v.ino
+	return v.vs.lookup(v.ino), v.ino
 }
 
 var (
@@ -323,7 +311,7 @@ func (v *View) WriteSysctl(name string, value []byte, r sysvipcfs.Reader) error 
 		}
 		return err
 	}
-	e := v.vs.ns.peek(v.ino)
+	e := v.vs.lookup(v.ino)
 	if e == nil {
 		return nil // the engine namespace will take the kernel's values when made
 	}
@@ -493,15 +481,4 @@ func (k *kernelFiles) limits() (ipcns.Limits, error) {
 		}
 	}
 	return l, nil
-}
-
-// attachView mounts the view into a created container; a failure is
-// logged and leaves the container with the kernel's (empty) files.
-func (s *Service) attachView(ctx context.Context, id string, pid int) {
-	t := time.Now()
-	if _, err := s.view.Attach(id, pid); err != nil {
-		log.G(ctx).WithField("container", id).WithError(err).Warn("io.containerd.ipc.v2: no /proc/sysvipc view in the container: ipcs there shows the kernel's empty tables")
-		return
-	}
-	log.G(ctx).WithField("container", id).Debugf("/proc/sysvipc view mounted in %v", time.Since(t))
 }
