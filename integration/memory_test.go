@@ -208,6 +208,12 @@ func TestCRIPodMemoryCharged(t *testing.T) {
 		cg, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "cgroup"))
 		if strings.Contains(string(cg), "/"+parentName+"/") {
 			helpers++
+			pid, _ := strconv.Atoi(ent.Name())
+			st, _ := os.ReadFile(filepath.Join("/proc", ent.Name(), "status"))
+			anon := regexp.MustCompile(`RssAnon:\s+(\d+) kB`).FindSubmatch(st)
+			if anon != nil {
+				t.Logf("helper %d: RSS %d KiB, of which %s KiB anonymous (charged to the pod)", pid, rssKiB(t, pid), anon[1])
+			}
 			if !strings.Contains(string(cg), podID) {
 				t.Errorf("helper %s is not in the sandbox's cgroup:\n%s", ent.Name(), cg)
 			}
