@@ -21,6 +21,26 @@ package gateway
 //     Request.commit), so an answer the task does not take is undone
 //     before anyone sees it.
 //
+// Following one semop(2), in the order the code runs it (a newcomer's
+// path through the tree; every step is one function):
+//
+//	gateway.go      ServeListener → dispatch        RECV, then steps 1-4
+//	arch.go         Decode                          nr, arch → SysSemop
+//	task.go         Gateway.resolve                 the thread's Task (cache or /proc)
+//	gateway.go      Gateway.restart                 a restart? answered here
+//	shim/task       EngineTable.Handle              the Handler: IPC namespace inode →
+//	                                                that namespace's *Engines
+//	engines.go      Engines.Handle                  by syscall
+//	sem.go          Engines.semop                   copy timeout and sembufs in
+//	                                                (internal/abi), errors in Linux's order
+//	semengine       Engine.Start                    try the operations under the
+//	                                                set's locks; Op.Commit on success
+//	request.go      Request.commit → send           the answer, exact (see below)
+//
+// The Handler is the one step outside this package: the shim's task
+// service owns the table of namespaces (containers come and go through
+// it); the gateway's tests use their own (internal/harness).
+//
 // A sleeping call holds no goroutine: it is an engine waiter with a
 // Request. It ends when a waker completes it (Commit answers), the object
 // goes (Done answers EIDRM), its timeout fires (EAGAIN), or the kernel
