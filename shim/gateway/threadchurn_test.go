@@ -37,12 +37,20 @@ func TestThreadChurn(t *testing.T) {
 	if why := harness.Supported(); why != "" {
 		t.Skip(why)
 	}
-	n := 100000
+	// 100,000 threads (issue 11's figure) take 29 s on a quiet 2-CPU
+	// machine and over 2 minutes beside stress-ng: the default run uses
+	// 20,000, GATEWAY_CHURN sets another count.
+	n := 20000
 	if testing.Short() {
 		n = 5000
 	}
+	if v, err := strconv.Atoi(os.Getenv("GATEWAY_CHURN")); err == nil && v > 0 {
+		n = v
+	}
 	const key = 0x7c
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A deadline only against a hang: each thread is served in well
+	// under a millisecond even loaded.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*time.Millisecond+time.Minute)
 	defer cancel()
 	eng := harness.NewEnginesByInode()
 	g, err := gateway.New(ctx, eng)

@@ -75,6 +75,13 @@ func newBallast(t *testing.T, dir string) *Ballast {
 func TestChargeReachesCgroup(t *testing.T) {
 	dir, usage := testCgroup(t, 256<<20)
 	b := newBallast(t, dir)
+	// The first charge starts the helper, whose own pages (a few MiB, many
+	// more for a race-detector build) are the cgroup's too: measure from
+	// there.
+	if err := b.Charge(1); err != nil {
+		t.Fatal(err)
+	}
+	b.Uncharge(1)
 	before := readInt(t, usage)
 	const n = 16 << 20
 	for i := 0; i < n/4096; i++ { // as messages would come
@@ -82,8 +89,11 @@ func TestChargeReachesCgroup(t *testing.T) {
 			t.Fatalf("charge %d: %v", i, err)
 		}
 	}
+	// The ballast runs up to two granules ahead of the charge (it held
+	// two already), and the cgroup's count lags by per-CPU batches of up
+	// to 64 pages: four granules either way.
 	got := readInt(t, usage) - before
-	if got < n || got > n+2*Granule+8<<20 { // the helper's own pages: a few MiB at most
+	if got < n-4*Granule || got > n+4*Granule {
 		t.Fatalf("cgroup usage grew by %d bytes for %d charged", got, n)
 	}
 	if !b.Backed() {
@@ -95,7 +105,7 @@ func TestChargeReachesCgroup(t *testing.T) {
 	if charged, held := b.Usage(); charged != 0 || held > 4*Granule {
 		t.Fatalf("after uncharging all: charged %d, ballast %d", charged, held)
 	}
-	if after := readInt(t, usage) - before; after > 4*Granule+8<<20 {
+	if after := readInt(t, usage) - before; after > 4*Granule+1<<20 {
 		t.Fatalf("cgroup usage still %d bytes above its start", after)
 	}
 }
@@ -124,12 +134,14 @@ func TestChargeRefusedAtLimit(t *testing.T) {
 	if charged, held := b.Usage(); charged != total || held > limit {
 		t.Fatalf("charged %d (want %d), ballast %d", charged, total, held)
 	}
-	// Room again after an uncharge.
-	for i := 0; i < 8; i++ {
+	// Room again after an uncharge (all but 1 MiB: the pod's OOM killer
+	// may have taken the helper, and a new one, with its own pages, must
+	// fit beside the ballast).
+	for i := int64(1 << 20); i < total; i += 1 << 20 {
 		b.Uncharge(1 << 20)
 	}
 	if err := b.Charge(1 << 20); err != nil {
-		t.Fatalf("charge after uncharging 8 MiB: %v", err)
+		t.Fatalf("charge after uncharging: %v", err)
 	}
 }
 
