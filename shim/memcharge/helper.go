@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +35,13 @@ func startHelper(memfd int, host Host) (*helper, error) {
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	// The shim's end is non-blocking, so that a round trip has a
+	// deadline (a helper in a frozen cgroup never answers).
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
 		return nil, fmt.Errorf("socketpair: %w", err)
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "memcharge"), os.NewFile(uintptr(fds[1]), "memcharge-helper")
@@ -71,6 +79,11 @@ func startHelper(memfd int, host Host) (*helper, error) {
 	return h, nil
 }
 
+// helperTimeout bounds a round trip: reclaim and an OOM kill in the pod
+// take milliseconds; a helper that takes longer is stuck (its cgroup
+// frozen) and is treated as dead.
+var helperTimeout = 5 * time.Second
+
 // errDiedAllocating: the helper ended between a request and its answer.
 var errDiedAllocating = errors.New("memcharge helper ended while allocating")
 
@@ -81,6 +94,9 @@ func (h *helper) allocate(off, length int64) error {
 	var req [16]byte
 	binary.LittleEndian.PutUint64(req[0:], uint64(off))
 	binary.LittleEndian.PutUint64(req[8:], uint64(length))
+	if err := h.conn.SetDeadline(time.Now().Add(helperTimeout)); err != nil {
+		return fmt.Errorf("memcharge helper: %w", err)
+	}
 	if _, err := h.conn.Write(req[:]); err != nil {
 		return fmt.Errorf("memcharge helper: %w", err)
 	}

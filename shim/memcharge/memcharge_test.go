@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 )
@@ -210,5 +212,33 @@ func TestMemoryCgroupParse(t *testing.T) {
 	os.WriteFile(cg, []byte("0::/x/y\n"), 0o644)
 	if p, err := memoryCgroup(cg, mi); err != nil || p != filepath.Join(uni, "with space", "y", "cgroup.procs") {
 		t.Fatalf("v2 below a mounted root: %q, %v", p, err)
+	}
+}
+
+// A helper that does not answer (its cgroup frozen; here stopped) is
+// given up after helperTimeout and replaced; the charge goes through.
+func TestHelperStuck(t *testing.T) {
+	dir, _ := testCgroup(t, 256<<20)
+	b := newBallast(t, dir)
+	old := helperTimeout
+	helperTimeout = 200 * time.Millisecond
+	defer func() { helperTimeout = old }()
+	if err := b.Charge(Granule); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	stuck := b.helper.cmd.Process
+	b.mu.Unlock()
+	if err := stuck.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Charge(4 << 20); err != nil {
+		t.Fatalf("charge with a stuck helper: %v", err)
+	}
+	b.mu.Lock()
+	h := b.helper
+	b.mu.Unlock()
+	if h == nil || h.cmd.Process.Pid == stuck.Pid || !b.Backed() {
+		t.Fatal("the stuck helper was not replaced")
 	}
 }
