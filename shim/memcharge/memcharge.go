@@ -32,13 +32,17 @@ package memcharge
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 )
+
+// retryAfter is how long a ballast that could not start or keep a helper
+// counts charges without backing them before it tries again.
+const retryAfter = 10 * time.Second
 
 // Granule is the unit in which a Ballast grows and shrinks: a charge is
 // one helper round trip (tens of µs) per Granule of objects, not per
@@ -64,9 +68,10 @@ type Ballast struct {
 	size    int64 // bytes allocated in memfd
 	charged int64 // bytes the namespace holds
 	helper  *helper
-	// unbacked is set when no helper could be started: charges are then
-	// counted but not backed (logged once).
-	unbacked bool
+	// unbackedUntil is set when no helper could be started or kept:
+	// until then charges are counted but not backed; the next growth
+	// after it tries again (and backs everything charged by then).
+	unbackedUntil time.Time
 }
 
 // New returns a Ballast whose helpers go where host says. logf reports
@@ -88,7 +93,7 @@ func (b *Ballast) Charge(n int64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	want := b.charged + n
-	if want > b.size && b.memfd >= 0 && !b.unbacked {
+	if want > b.size && b.memfd >= 0 && !time.Now().Before(b.unbackedUntil) {
 		if err := b.growLocked(roundUp(want) + Granule); err != nil {
 			return err
 		}
@@ -123,8 +128,8 @@ func (b *Ballast) growLocked(size int64) error {
 		if b.helper == nil {
 			h, err := startHelper(b.memfd, b.host)
 			if err != nil {
-				b.logf("memcharge: no helper in the pod's memory cgroup (%v): the namespace's objects are counted, not charged to the pod", err)
-				b.unbacked = true
+				b.logf("memcharge: no helper in the pod's memory cgroup (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
+				b.unbackedUntil = time.Now().Add(retryAfter)
 				return nil
 			}
 			b.helper = h
@@ -134,23 +139,24 @@ func (b *Ballast) growLocked(size int64) error {
 			b.size = size
 			return nil
 		}
-		// fallocate undoes a partial allocation; the trim covers a
-		// helper killed midway.
-		_ = unix.Ftruncate(b.memfd, b.size)
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
-			// The pod's cgroup is full and its OOM killer freed nothing.
+			// The pod's cgroup is full and its OOM killer freed nothing
+			// (fallocate undid its partial allocation).
 			return ipcns.ErrNoMemory
 		}
+		// Gone or stuck: reaped first (a stuck fallocate would hold the
+		// truncate), then what it may have allocated is trimmed.
 		b.helper.stop()
 		b.helper = nil
+		_ = unix.Ftruncate(b.memfd, b.size)
 		if attempt == 0 {
 			continue
 		}
 		if errors.Is(err, errDiedAllocating) {
 			return ipcns.ErrNoMemory
 		}
-		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod", err)
-		b.unbacked = true
+		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
+		b.unbackedUntil = time.Now().Add(retryAfter)
 		return nil
 	}
 }
@@ -195,15 +201,11 @@ func (b *Ballast) Usage() (charged, held int64) {
 func (b *Ballast) Backed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.unbacked
+	return !time.Now().Before(b.unbackedUntil)
 }
 
 func roundUp(n int64) int64 { return (n + Granule - 1) / Granule * Granule }
 
-// exe is the binary started as a helper: the running shim's own.
-var exe = func() string {
-	if p, err := os.Executable(); err == nil {
-		return p
-	}
-	return "/proc/self/exe"
-}
+// exe is the binary started as a helper: the running shim's own, even
+// if its file was replaced or removed since (an upgrade in place).
+var exe = func() string { return "/proc/self/exe" }

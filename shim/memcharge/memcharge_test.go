@@ -242,3 +242,34 @@ func TestHelperStuck(t *testing.T) {
 		t.Fatal("the stuck helper was not replaced")
 	}
 }
+
+// A helper that cannot start leaves charges counted, not backed, for
+// retryAfter only: a later growth starts one and backs everything.
+func TestUnbackedRetries(t *testing.T) {
+	dir, usage := testCgroup(t, 256<<20)
+	fail := true
+	b, err := New(t.Name(), func() (string, []string, error) {
+		if fail {
+			return "", nil, errors.New("no host yet")
+		}
+		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+	}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.Charge(4 << 20); err != nil || b.Backed() {
+		t.Fatalf("charge without a host: %v, backed %v", err, b.Backed())
+	}
+	fail = false
+	b.mu.Lock()
+	b.unbackedUntil = time.Now() // as if retryAfter had passed
+	b.mu.Unlock()
+	before := readInt(t, usage)
+	if err := b.Charge(Granule); err != nil || !b.Backed() {
+		t.Fatalf("charge after the retry time: %v, backed %v", err, b.Backed())
+	}
+	if grew := readInt(t, usage) - before; grew < 4<<20 {
+		t.Fatalf("the retry backed %d bytes, not the 4 MiB charged before it", grew)
+	}
+}

@@ -2,7 +2,7 @@ package task
 
 import (
 	"errors"
-	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +40,7 @@ type EngineTable struct {
 	// nestedCount counts those namespaces (MaxNested).
 	nested      map[string]*memcharge.Ballast
 	nestedCount int
+	nextSweep   int // nestedCount at which the next sweep runs
 }
 
 // servedContainer is everything the shim keeps about one container it
@@ -82,8 +83,12 @@ type servedNamespace struct {
 	// ballast charges the engines' bytes to the pod's memory cgroup; nil
 	// unless EngineTable.ChargePods.
 	ballast *memcharge.Ballast
-	// nested marks a namespace a process made itself, not a container's.
+	// nested marks a namespace a process made itself, not a container's;
+	// pin is then an O_PATH fd on it, which keeps its inode number from
+	// being given to a new namespace (that would inherit these objects)
+	// until the engine namespace is freed.
 	nested bool
+	pin    int
 
 	// hostMu protects hosts: the containers (in the order they came) and
 	// one process of each whose memory cgroup can take the ballast's
@@ -325,19 +330,42 @@ func (n *EngineTable) removeLocked(id string) uint64 {
 	if e == nil {
 		return 0
 	}
+	// Its cgroup goes with it: no helper may stay in it or be put there.
+	e.removeHost(id)
+	if e.ballast != nil {
+		e.ballast.Evict(id)
+	}
+	if b := n.nested[m.cgroup]; b != nil {
+		b.Evict("")
+	}
 	delete(e.members, id)
 	if len(e.members) > 0 {
 		return 0
 	}
-	delete(n.byIno, m.ino)
+	n.freeLocked(m.ino, e)
+	n.logf("IPC namespace %d: last container (%s) deleted, engine namespace freed", m.ino, id)
+	return m.ino
+}
+
+// freeLocked drops engine namespace e of kernel IPC namespace ino and
+// everything it holds: its charge, its pin on a namespace of its own, its
+// place among the MaxNested.
+func (n *EngineTable) freeLocked(ino uint64, e *servedNamespace) {
+	delete(n.byIno, ino)
 	if e.ballast != nil {
 		e.ballast.Close()
 	}
-	if n.OnFree != nil {
-		n.OnFree(m.ino)
+	if e.nested {
+		n.nestedCount--
+		_ = e.eng.Sem().Resources().SetAccount(nil) // gives back what it held of a shared ballast
 	}
-	n.logf("IPC namespace %d: last container (%s) deleted, engine namespace freed", m.ino, id)
-	return m.ino
+	if e.pin > 0 {
+		unix.Close(e.pin)
+		e.pin = 0
+	}
+	if n.OnFree != nil {
+		n.OnFree(ino)
+	}
 }
 
 // Local reports whether container id was created through this shim.
@@ -400,7 +428,7 @@ func (n *EngineTable) Len() int {
 // last process; the shim learns of neither, so when the bound is reached
 // it frees those no process on the host is in any more (sweepNested) and
 // refuses the rest with ENOMEM.
-const MaxNested = 1024
+const MaxNested = 512
 
 // nestedBytes is what an engine namespace of its own costs the shim
 // (11.3 KB measured: engines, registries, limits), charged to the
@@ -425,8 +453,11 @@ func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) 
 	if e = n.byIno[ino]; e != nil {
 		return e.eng, nil
 	}
-	if n.nestedCount >= MaxNested {
+	if n.nestedCount >= MaxNested || n.nestedCount >= n.nextSweep {
+		// Amortized: a sweep reads every thread's namespace, and the
+		// next is due when the count has doubled since.
 		n.sweepNestedLocked()
+		n.nextSweep = max(64, 2*n.nestedCount)
 		if n.nestedCount >= MaxNested {
 			n.logf("IPC namespace %d: refused, %d namespaces not a container's are in use (MaxNested)", ino, n.nestedCount)
 			return nil, unix.ENOMEM
@@ -446,33 +477,45 @@ func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) 
 			return nil, unix.ENOMEM
 		}
 	}
+	e.pin = pinNamespace(caller, ino)
 	n.byIno[ino] = e
 	n.nestedCount++
 	n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
 	return e.eng, nil
 }
 
-// sweepNestedLocked frees the engine namespaces not a container's whose
-// kernel namespace no process on the host is in (its objects die with
-// it, as the kernel's do with free_ipc_ns). It reads every process's
-// /proc/PID/ns/ipc once.
+// pinNamespace returns an O_PATH fd on thread tid's IPC namespace if it
+// is still ino, or 0.
+func pinNamespace(tid int, ino uint64) int {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(tid)+"/ns/ipc", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Ino != ino {
+		unix.Close(fd)
+		return 0
+	}
+	return fd
+}
+
+// sweepNestedLocked frees the engine namespaces not a container's that no
+// container is attached to and no thread on the host is in (their
+// objects die with them, as the kernel's do with free_ipc_ns). It reads
+// every thread's /proc/PID/task/TID/ns/ipc once. A namespace kept only by
+// an fd or a bind mount is not seen: it is freed.
 func (n *EngineTable) sweepNestedLocked() {
 	inUse := map[uint64]bool{}
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		if ent.Name()[0] < '0' || ent.Name()[0] > '9' {
-			continue
-		}
+	tasks, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/ns/ipc")
+	for _, p := range tasks {
 		var st unix.Stat_t
-		if unix.Stat("/proc/"+ent.Name()+"/ns/ipc", &st) == nil {
+		if unix.Stat(p, &st) == nil {
 			inUse[st.Ino] = true
 		}
 	}
 	for ino, e := range n.byIno {
-		if e.nested && !inUse[ino] {
-			delete(n.byIno, ino)
-			n.nestedCount--
-			_ = e.eng.Sem().Resources().SetAccount(nil) // gives back what it held
+		if e.nested && len(e.members) == 0 && !inUse[ino] {
+			n.freeLocked(ino, e)
 			n.logf("IPC namespace %d: no process left in it, engine namespace freed", ino)
 		}
 	}
@@ -480,7 +523,7 @@ func (n *EngineTable) sweepNestedLocked() {
 
 // Handle serves one trapped call (gateway.Handler).
 func (n *EngineTable) Handle(r *gateway.Request) {
-	e, err := n.engines(r.Task.IPCNS, r.Task.Tgid)
+	e, err := n.engines(r.Task.IPCNS, r.Task.Tid)
 	if err != nil {
 		r.Reply(0, err)
 		return

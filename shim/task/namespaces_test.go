@@ -74,3 +74,34 @@ func TestContainerRecord(t *testing.T) {
 		t.Fatal("the namespace outlived its last container")
 	}
 }
+
+// A namespace made by a process and later joined by a container is
+// freed with that container, and counted out of MaxNested; a removed
+// container is no ballast host any more.
+func TestNestedThenAttached(t *testing.T) {
+	n := NewEngineTable()
+	const ino = 1<<40 + 7
+	if _, err := n.engines(ino, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	n.Prepare("c", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+	n.Attach("c", ino, 0)
+	if n.nestedCount != 1 {
+		t.Fatalf("nested %d", n.nestedCount)
+	}
+	if n.Remove("c") != ino || n.nestedCount != 0 || n.Known(ino) {
+		t.Fatalf("after Remove: nested %d, known %v", n.nestedCount, n.Known(ino))
+	}
+	// A container whose create failed leaves no host behind.
+	n.Prepare("d", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+	n.Prepare("e", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+	n.Attach("d", 9, 0)
+	n.Attach("e", 9, 0)
+	e := n.byIno[9]
+	e.addHost("d", "/x/d/cgroup.procs")
+	e.addHost("e", "/x/e/cgroup.procs")
+	n.Remove("d")
+	if c, _, _ := e.host(); c != "e" {
+		t.Fatalf("host %q after d was removed", c)
+	}
+}
