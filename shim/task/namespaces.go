@@ -460,6 +460,7 @@ func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) 
 		n.nextSweep = max(64, 2*n.nestedCount)
 		if n.nestedCount >= MaxNested {
 			n.logf("IPC namespace %d: refused, %d namespaces not a container's are in use (MaxNested)", ino, n.nestedCount)
+			n.refusedLocked(ino)
 			return nil, unix.ENOMEM
 		}
 	}
@@ -474,6 +475,7 @@ func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) 
 		}
 		if err := res.Charge(nestedBytes); err != nil {
 			_ = res.SetAccount(nil)
+			n.refusedLocked(ino)
 			return nil, unix.ENOMEM
 		}
 	}
@@ -482,6 +484,15 @@ func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) 
 	n.nestedCount++
 	n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
 	return e.eng, nil
+}
+
+// refusedLocked lets go of what the gateway took for a namespace it
+// could not serve (its watch: the kernel's table of watched namespaces is
+// bounded, and a refused namespace must not fill it).
+func (n *EngineTable) refusedLocked(ino uint64) {
+	if n.OnFree != nil {
+		n.OnFree(ino)
+	}
 }
 
 // pinNamespace returns an O_PATH fd on thread tid's IPC namespace if it
