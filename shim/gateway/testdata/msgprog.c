@@ -13,6 +13,7 @@
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/msg.h>
+#include <sys/sem.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,6 +42,39 @@ static void qstate(const char *label, int id) {
 	       ds.msg_stime == 0, ds.msg_rtime == 0, ds.msg_ctime > 0, (unsigned long)ds.__glibc_reserved4, (unsigned long)ds.__glibc_reserved5);
 }
 
+
+/* asleep waits (10 s at most) until thread tid sleeps in a System V IPC
+ * call (natively) or in the seccomp trap (under the gateway), then reads
+ * a semaphore count: an observer of sleepers, which under the gateway
+ * serves every pending notification first, so the sleeper is queued as
+ * the kernel's would be. A fixed pause loses on a loaded machine. */
+static int drain_sem = -1;
+static void asleep(pid_t tid) {
+	char path[64], st[512], w[128];
+	for (int i = 0; i < 100000; i++) {
+		snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			return;
+		size_t n = fread(st, 1, sizeof st - 1, f);
+		fclose(f);
+		st[n] = 0;
+		snprintf(path, sizeof path, "/proc/%d/wchan", (int)tid);
+		f = fopen(path, "r");
+		n = f ? fread(w, 1, sizeof w - 1, f) : 0;
+		if (f)
+			fclose(f);
+		w[n] = 0;
+		char *q = strrchr(st, ')');
+		if (q && q[1] == ' ' && q[2] == 'S' &&
+		    (!strncmp(w, "do_msgrcv", 9) || !strncmp(w, "do_msgsnd", 9) || !strncmp(w, "seccomp_do_user_notification", 28))) {
+			semctl(drain_sem, 0, GETNCNT);
+			return;
+		}
+		usleep(100);
+	}
+}
+
 static int tid_id;
 static volatile pid_t thread_tid;
 static void *receiver(void *arg) {
@@ -54,6 +88,7 @@ static void *receiver(void *arg) {
 
 int main(void) {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	drain_sem = semget(IPC_PRIVATE, 1, 0600);
 	pg = sysconf(_SC_PAGESIZE);
 	page0 = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	guard = page0 + pg;
@@ -226,7 +261,7 @@ int main(void) {
 		printf("child msgrcv ret=%ld type=%ld\n", rr, r.type);
 		_exit(0);
 	}
-	usleep(300000);
+	asleep(p);
 	m.type = 5;
 	long sr = snd(tid_id, &m, 6, 0);
 	waitpid(p, &st, 0); /* the child prints first, always */
@@ -235,7 +270,9 @@ int main(void) {
 	printf("lrpid is child=%d\n", ds.msg_lrpid == p);
 	pthread_t th;
 	pthread_create(&th, NULL, receiver, NULL);
-	usleep(300000);
+	while (!thread_tid)
+		usleep(100);
+	asleep(thread_tid);
 	strcpy(m.text, "thr");
 	sr = snd(tid_id, &m, 4, 0);
 	pthread_join(th, NULL);
@@ -252,7 +289,7 @@ int main(void) {
 		printf("child msgsnd ret=%ld\n", rr);
 		_exit(0);
 	}
-	usleep(300000);
+	asleep(p);
 	sr = rcv(tid_id, &r, 64, 0, 0);
 	waitpid(p, &st, 0);
 	R("msgrcv wakes sender", sr);
@@ -264,7 +301,7 @@ int main(void) {
 		printf("child msgrcv after rmid ret=%ld errno=%s\n", rr, rr < 0 ? strerrorname_np(errno) : "0");
 		_exit(0);
 	}
-	usleep(300000);
+	asleep(p);
 	sr = ctl(tid_id, IPC_RMID, NULL);
 	waitpid(p, &st, 0);
 	R("msgctl IPC_RMID", sr);
@@ -272,5 +309,6 @@ int main(void) {
 	R("msgctl IPC_RMID id", ctl(id, IPC_RMID, NULL));
 	R("msgctl IPC_RMID kid", ctl(kid, IPC_RMID, NULL));
 	R("msgsnd removed", snd(id, &m, 4, 0));
+	semctl(drain_sem, 0, IPC_RMID);
 	return 0;
 }

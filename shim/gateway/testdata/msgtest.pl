@@ -2,6 +2,10 @@
 use strict; use warnings;
 use IPC::SysV qw(IPC_PRIVATE IPC_CREAT IPC_EXCL IPC_NOWAIT MSG_NOERROR S_IRUSR S_IWUSR);
 use IPC::Msg;
+# asleep waits (10 s at most) until process $pid sleeps in a System V IPC
+# call (natively) or in the seccomp trap (under the gateway): a fixed
+# pause loses on a loaded machine.
+sub asleep { my ($pid) = @_; for (1 .. 100000) { open(my $s, "<", "/proc/$pid/stat") or return; my $l = <$s>; close $s; open(my $w, "<", "/proc/$pid/wchan") or return; my $c = <$w> // ""; close $w; return if $l =~ /\) S / && $c =~ /^(do_msgrcv|do_msgsnd|__do_semtimedop|do_semtimedop|seccomp_do_user_notification)/; select(undef, undef, undef, 0.0001); } }
 $| = 1;
 my $q = IPC::Msg->new(IPC_PRIVATE, S_IRUSR | S_IWUSR | IPC_CREAT) or die "new: $!";
 print "snd 1: ", ($q->snd(1, "one") ? 1 : 0), "\n";
@@ -19,7 +23,7 @@ $q->set(qbytes => 10);
 print "qbytes: ", $q->stat->qbytes, "\n";
 print "snd fill: ", ($q->snd(3, "0123456789") ? 1 : 0), "\n";
 print "snd full nowait: ", ($q->snd(3, "x", IPC_NOWAIT) ? 1 : "fail " . ($!{EAGAIN} ? "EAGAIN" : "$!")), "\n";
-if (my $pid = fork) { select(undef, undef, undef, 0.2); $q->rcv($buf, 64, 3); waitpid($pid, 0); print "child exit: ", $? >> 8, "\n"; }
+if (my $pid = fork) { asleep($pid); $q->rcv($buf, 64, 3); waitpid($pid, 0); print "child exit: ", $? >> 8, "\n"; }
 else { exit($q->snd(4, "later") ? 3 : 4); }
 print "rcv from child: ", $q->rcv($buf, 64, 4), " '$buf'\n";
 my $k = msgget(0x7272, IPC_CREAT | IPC_EXCL | 0600);

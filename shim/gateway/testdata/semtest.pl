@@ -2,6 +2,10 @@
 use strict; use warnings;
 use IPC::SysV qw(IPC_PRIVATE IPC_CREAT IPC_EXCL IPC_RMID IPC_STAT IPC_NOWAIT SEM_UNDO GETVAL SETVAL GETALL SETALL GETNCNT S_IRUSR S_IWUSR);
 use IPC::Semaphore;
+# asleep waits (10 s at most) until process $pid sleeps in a System V IPC
+# call (natively) or in the seccomp trap (under the gateway): a fixed
+# pause loses on a loaded machine.
+sub asleep { my ($pid) = @_; for (1 .. 100000) { open(my $s, "<", "/proc/$pid/stat") or return; my $l = <$s>; close $s; open(my $w, "<", "/proc/$pid/wchan") or return; my $c = <$w> // ""; close $w; return if $l =~ /\) S / && $c =~ /^(do_msgrcv|do_msgsnd|__do_semtimedop|do_semtimedop|seccomp_do_user_notification)/; select(undef, undef, undef, 0.0001); } }
 $| = 1;
 my $s = IPC::Semaphore->new(IPC_PRIVATE, 3, S_IRUSR | S_IWUSR | IPC_CREAT) or die "new: $!";
 print "setall: ", ($s->setall(1, 2, 3) ? 1 : 0), "\n";
@@ -19,7 +23,7 @@ print "semget key: ", (defined $k ? "ok" : "fail $!"), "\n";
 my $k2 = semget(0x7171, 1, IPC_CREAT | IPC_EXCL | 0600);
 print "semget excl: ", (defined $k2 ? "ok" : "fail " . ($!{EEXIST} ? "EEXIST" : "$!")), "\n";
 print "semctl bad: ", (defined semctl(99999, 0, GETVAL, 0) ? "ok" : "fail " . ($!{EINVAL} ? "EINVAL" : "$!")), "\n";
-if (my $pid = fork) { select(undef, undef, undef, 0.2); print "ncnt with sleeper: ", $s->getncnt(1), "\n"; $s->op(1, 1, 0); waitpid($pid, 0); print "child exit: ", $? >> 8, "\n"; }
+if (my $pid = fork) { asleep($pid); print "ncnt with sleeper: ", $s->getncnt(1), "\n"; $s->op(1, 1, 0); waitpid($pid, 0); print "child exit: ", $? >> 8, "\n"; }
 else { exit($s->op(1, -1, 0) ? 3 : 4); }
 semctl($k, 0, IPC_RMID, 0);
 print "remove: ", ($s->remove ? 1 : 0), "\n";
