@@ -32,10 +32,13 @@ func (e *env) crictl(t *testing.T, args ...string) string {
 	return buf.String()
 }
 
-// criImage imports the ipct image into containerd's k8s.io namespace,
-// once per run.
+// criImage skips the test without crictl, and imports the ipct image
+// into containerd's k8s.io namespace, once per run.
 func criImage(t *testing.T, e *env) {
 	t.Helper()
+	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
+		t.Skip("crictl not built (scripts/build-containerd.sh)")
+	}
 	importOnce.Do(func() {
 		tar := filepath.Join(e.dir, "ipct-image.tar")
 		out, err := exec.Command("go", "run", "./mkimage", "-rootfs", e.rootfs, "-name", "localhost/ipct:1", "-o", tar, "--", "/bin/sleep", "100000000").CombinedOutput()
@@ -51,6 +54,16 @@ func criImage(t *testing.T, e *env) {
 	if importErr != nil {
 		t.Fatal(importErr)
 	}
+}
+
+// writeFile writes s to dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, s string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // crictlErr runs crictl and returns its output and error, for a command
@@ -71,18 +84,9 @@ func (e *env) crictlErr(args ...string) (string, error) {
 // and the pod's sysctls are the engine namespace's limits.
 func TestCRIPodRuntimeClass(t *testing.T) {
 	e := need(t)
-	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
-		t.Skip("crictl not built (scripts/build-containerd.sh)")
-	}
 	criImage(t, e)
 	dir := t.TempDir()
-	write := func(name, s string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, s string) string { return writeFile(t, dir, name, s) }
 	uid := uniq(t, "u")
 	pod := write("pod.json", `{"metadata":{"name":"ipcpod","namespace":"default","uid":"`+uid+`"},"log_directory":"`+dir+`",
  "linux":{"sysctls":{"kernel.sem":"100 1000 16 20","kernel.msgmni":"64"},

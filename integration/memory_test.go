@@ -136,9 +136,6 @@ func TestMemoryChargedToContainer(t *testing.T) {
 // pod's, and leaves it when the pod is removed.
 func TestCRIPodMemoryCharged(t *testing.T) {
 	e := need(t)
-	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
-		t.Skip("crictl not built (scripts/build-containerd.sh)")
-	}
 	procs, err := memcharge.MemoryCgroup(os.Getpid())
 	if err != nil {
 		t.Skip(err)
@@ -172,13 +169,7 @@ func TestCRIPodMemoryCharged(t *testing.T) {
 	}
 	criImage(t, e)
 	dir := t.TempDir()
-	write := func(name, s string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, s string) string { return writeFile(t, dir, name, s) }
 	uid := uniq(t, "m")
 	pod := write("pod.json", `{"metadata":{"name":"mempod","namespace":"default","uid":"`+uid+`"},"log_directory":"`+dir+`",
  "linux":{"cgroup_parent":"/`+parentName+`","security_context":{"namespace_options":{"network":2,"pid":1,"ipc":0}}}}`)

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"bufio"
 	"context"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,10 +10,7 @@ import (
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
 )
 
 // TestExitUndo: a process takes SEM_UNDO units in its IPC namespace and in
@@ -44,26 +40,9 @@ func TestExitUndo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	eng := harness.NewEnginesByInode()
-	g, err := gateway.New(ctx, eng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Logf = t.Logf
-	g.Defaults = gateway.ListenerOptions{NSFixed: true, IDsFixed: true}
-	srv, err := listener.Listen(filepath.Join(t.TempDir(), "l.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ctx, func(ctx context.Context, m *listener.Message) error {
-		l, err := seccompnotify.New(m.SeccompFile())
-		if err != nil {
-			return err
-		}
-		defer l.Close()
-		return g.Serve(ctx, l)
-	})
+	_, addr, _ := startGateway(ctx, t, eng, nil)
 	for _, kill := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-		cmd := harness.Command(srv.Addr(), bin)
+		cmd := harness.Command(addr, bin)
 		out, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -63,15 +63,12 @@ func serve(tb testing.TB, h gateway.Handler, argv ...string) []byte {
 	return out
 }
 
-// serveWith is serve with cfg applied to the gateway before it serves;
-// it also returns the gateway, for its Stats.
-func serveWith(tb testing.TB, h gateway.Handler, cfg func(*gateway.Gateway), argv ...string) ([]byte, *gateway.Gateway) {
+// startGateway makes a gateway serving h (cfg applied before it serves)
+// and a listener socket for the harness's children, until ctx ends. It
+// returns the gateway, the socket's address and a channel that receives
+// each served listener's end.
+func startGateway(ctx context.Context, tb testing.TB, h gateway.Handler, cfg func(*gateway.Gateway)) (*gateway.Gateway, string, <-chan error) {
 	tb.Helper()
-	if why := harness.Supported(); why != "" {
-		tb.Skip(why)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), serveTimeout)
-	defer cancel()
 	g, err := gateway.New(ctx, h)
 	if err != nil {
 		tb.Fatal(err)
@@ -85,7 +82,7 @@ func serveWith(tb testing.TB, h gateway.Handler, cfg func(*gateway.Gateway), arg
 	if err != nil {
 		tb.Fatal(err)
 	}
-	served := make(chan error, 1)
+	served := make(chan error, 4)
 	go srv.Serve(ctx, func(ctx context.Context, m *listener.Message) error {
 		l, err := seccompnotify.New(m.SeccompFile())
 		if err != nil {
@@ -93,10 +90,27 @@ func serveWith(tb testing.TB, h gateway.Handler, cfg func(*gateway.Gateway), arg
 			return err
 		}
 		defer l.Close()
-		served <- g.Serve(ctx, l)
-		return nil
+		err = g.Serve(ctx, l)
+		select {
+		case served <- err:
+		default:
+		}
+		return err
 	})
-	cmd := harness.Command(srv.Addr(), argv...)
+	return g, srv.Addr(), served
+}
+
+// serveWith is serve with cfg applied to the gateway before it serves;
+// it also returns the gateway, for its Stats.
+func serveWith(tb testing.TB, h gateway.Handler, cfg func(*gateway.Gateway), argv ...string) ([]byte, *gateway.Gateway) {
+	tb.Helper()
+	if why := harness.Supported(); why != "" {
+		tb.Skip(why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serveTimeout)
+	defer cancel()
+	g, addr, served := startGateway(ctx, tb, h, cfg)
+	cmd := harness.Command(addr, argv...)
 	out, err := cmd.Output()
 	if err != nil {
 		if g != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,8 +16,6 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
 )
 
 // TestThreadChurn (issue 11): one process runs 100,000 short-lived
@@ -53,28 +50,10 @@ func TestThreadChurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*time.Millisecond+time.Minute)
 	defer cancel()
 	eng := harness.NewEnginesByInode()
-	g, err := gateway.New(ctx, eng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Logf = t.Logf
-	g.Defaults = gateway.ListenerOptions{NSFixed: true, IDsFixed: false}
-	srv, err := listener.Listen(filepath.Join(t.TempDir(), "l.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go srv.Serve(ctx, func(ctx context.Context, m *listener.Message) error {
-		l, err := seccompnotify.New(m.SeccompFile())
-		if err != nil {
-			served <- err
-			return err
-		}
-		defer l.Close()
-		served <- g.Serve(ctx, l)
-		return nil
+	g, addr, served := startGateway(ctx, t, eng, func(g *gateway.Gateway) {
+		g.Defaults.IDsFixed = false // a pidfd per thread: what must be released
 	})
-	cmd := harness.Command(srv.Addr(), bin, strconv.Itoa(n), "4")
+	cmd := harness.Command(addr, bin, strconv.Itoa(n), "4")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

@@ -36,39 +36,7 @@ static void on_sig(int s) {
 	(void)!write(sigpipe[1], "s", 1);
 }
 
-static char taskstate(pid_t pid, char *wchan, size_t n) {
-	char path[64], st[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY);
-	ssize_t r = fd < 0 ? 0 : read(fd, st, sizeof st - 1);
-	if (fd >= 0)
-		close(fd);
-	st[r > 0 ? r : 0] = 0;
-	snprintf(path, sizeof path, "/proc/%d/wchan", (int)pid);
-	fd = open(path, O_RDONLY);
-	r = fd < 0 ? 0 : read(fd, wchan, n - 1);
-	if (fd >= 0)
-		close(fd);
-	wchan[r > 0 ? r : 0] = 0;
-	char *p = strrchr(st, ')');
-	return p && p[1] == ' ' ? p[2] : '?';
-}
-
-static int in_call(const char *w) {
-	static const char *const at[] = {"do_msgrcv", "do_msgsnd", "__do_semtimedop",
-		"do_semtimedop", "seccomp_do_user_notification", NULL};
-	size_t n = strcspn(w, ".");
-	for (int i = 0; at[i]; i++)
-		if (strlen(at[i]) == n && strncmp(w, at[i], n) == 0)
-			return 1;
-	return 0;
-}
-
-static int exited(pid_t p) {
-	siginfo_t si;
-	memset(&si, 0, sizeof si);
-	return waitid(P_PID, p, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == p;
-}
+#include "procstate.h"
 
 /* await waits (10 s at most) until child p is asleep in the call, or,
  * with gone_ok, gone. */

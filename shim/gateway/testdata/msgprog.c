@@ -5,7 +5,9 @@
  * handed to a sleeping thread. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,26 +50,12 @@ static void qstate(const char *label, int id) {
  * a semaphore count: an observer of sleepers, which under the gateway
  * serves every pending notification first, so the sleeper is queued as
  * the kernel's would be. A fixed pause loses on a loaded machine. */
+#include "procstate.h"
 static int drain_sem = -1;
 static void asleep(pid_t tid) {
-	char path[64], st[512], w[128];
+	char w[128];
 	for (int i = 0; i < 100000; i++) {
-		snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			return;
-		size_t n = fread(st, 1, sizeof st - 1, f);
-		fclose(f);
-		st[n] = 0;
-		snprintf(path, sizeof path, "/proc/%d/wchan", (int)tid);
-		f = fopen(path, "r");
-		n = f ? fread(w, 1, sizeof w - 1, f) : 0;
-		if (f)
-			fclose(f);
-		w[n] = 0;
-		char *q = strrchr(st, ')');
-		if (q && q[1] == ' ' && q[2] == 'S' &&
-		    (!strncmp(w, "do_msgrcv", 9) || !strncmp(w, "do_msgsnd", 9) || !strncmp(w, "seccomp_do_user_notification", 28))) {
+		if (taskstate(tid, w, sizeof w) == 'S' && in_call(w)) {
 			semctl(drain_sem, 0, GETNCNT);
 			return;
 		}

@@ -43,41 +43,7 @@
 static volatile sig_atomic_t handled;
 static void on_sig(int s) { (void)s; handled++; }
 
-static void readproc(pid_t pid, const char *file, char *buf, size_t n) {
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
-	buf[0] = 0;
-	int fd = open(path, O_RDONLY);
-	if (fd < 0)
-		return;
-	ssize_t r = read(fd, buf, n - 1);
-	close(fd);
-	buf[r > 0 ? r : 0] = 0;
-}
-
-static char taskstate(pid_t pid, char *wchan, size_t n) {
-	char st[512];
-	readproc(pid, "stat", st, sizeof st);
-	readproc(pid, "wchan", wchan, n);
-	char *p = strrchr(st, ')');
-	return p && p[1] == ' ' ? p[2] : '?';
-}
-
-static int in_call(const char *wchan) {
-	static const char *const at[] = {"do_msgrcv", "do_msgsnd", "__do_semtimedop",
-		"do_semtimedop", "seccomp_do_user_notification", NULL};
-	size_t n = strcspn(wchan, ".");
-	for (int i = 0; at[i]; i++)
-		if (strlen(at[i]) == n && strncmp(wchan, at[i], n) == 0)
-			return 1;
-	return 0;
-}
-
-static int exited(pid_t p) {
-	siginfo_t si;
-	memset(&si, 0, sizeof si);
-	return waitid(P_PID, p, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == p;
-}
+#include "procstate.h"
 
 static double now_us(void) {
 	struct timespec t;
