@@ -39,6 +39,7 @@ type EngineTable struct {
 	// memory cgroup (cgroup.procs file) of the processes that made them;
 	// nestedCount counts those namespaces (MaxNested).
 	nested      map[string]*memcharge.Ballast
+	nestedUsers map[string]int // nested namespaces using each of nested
 	nestedCount int
 	nextSweep   int // nestedCount at which the next sweep runs
 }
@@ -89,6 +90,9 @@ type servedNamespace struct {
 	// until the engine namespace is freed.
 	nested bool
 	pin    int
+	// nestedKey names the shared ballast (n.nested) a nested namespace
+	// charges, "" if none.
+	nestedKey string
 
 	// hostMu protects hosts: the containers (in the order they came) and
 	// one process of each whose memory cgroup can take the ballast's
@@ -271,6 +275,26 @@ func (n *EngineTable) newServedNamespace(ino uint64, l ipcns.Limits) *servedName
 	return e
 }
 
+// releaseNestedLocked gives back what nested namespace e held of its
+// cgroup's shared ballast, and closes the ballast with its last user: a
+// ballast (memfd, helper) lives only while a namespace uses it.
+func (n *EngineTable) releaseNestedLocked(e *servedNamespace) {
+	_ = e.eng.Sem().Resources().SetAccount(nil)
+	key := e.nestedKey
+	if key == "" {
+		return
+	}
+	e.nestedKey = ""
+	if n.nestedUsers[key]--; n.nestedUsers[key] > 0 {
+		return
+	}
+	delete(n.nestedUsers, key)
+	if b := n.nested[key]; b != nil {
+		b.Close()
+		delete(n.nested, key)
+	}
+}
+
 // nestedBallastLocked returns the ballast of the namespaces that the
 // processes of memory cgroup procs made themselves (unshare -i): one per
 // cgroup, so one helper however many namespaces it makes.
@@ -285,6 +309,7 @@ func (n *EngineTable) nestedBallastLocked(procs string) *memcharge.Ballast {
 	}
 	if n.nested == nil {
 		n.nested = map[string]*memcharge.Ballast{}
+		n.nestedUsers = map[string]int{}
 	}
 	n.nested[procs] = b
 	return b
@@ -357,7 +382,7 @@ func (n *EngineTable) freeLocked(ino uint64, e *servedNamespace) {
 	}
 	if e.nested {
 		n.nestedCount--
-		_ = e.eng.Sem().Resources().SetAccount(nil) // gives back what it held of a shared ballast
+		n.releaseNestedLocked(e)
 	}
 	if e.pin > 0 {
 		unix.Close(e.pin)
@@ -472,9 +497,11 @@ func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) 
 			n.logf("IPC namespace %d: objects not charged: memory cgroup of pid %d: %v", ino, caller, err)
 		} else if b := n.nestedBallastLocked(procs); b != nil {
 			_ = res.SetAccount(b)
+			e.nestedKey = procs
+			n.nestedUsers[procs]++
 		}
 		if err := res.Charge(nestedBytes); err != nil {
-			_ = res.SetAccount(nil)
+			n.releaseNestedLocked(e)
 			n.refusedLocked(ino)
 			return nil, unix.ENOMEM
 		}

@@ -5,7 +5,17 @@ import (
 	"testing"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 )
+
+// TestMain runs a ballast's helper when the test binary is started as one
+// (ChargePods tests).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == memcharge.HelperArg {
+		os.Exit(memcharge.HelperMain())
+	}
+	os.Exit(m.Run())
+}
 
 // Namespaces not a container's are bounded: at MaxNested the ones no
 // process is in are freed, the ones in use stay.
@@ -103,5 +113,34 @@ func TestNestedThenAttached(t *testing.T) {
 	n.Remove("d")
 	if c, _, _ := e.host(); c != "e" {
 		t.Fatalf("host %q after d was removed", c)
+	}
+}
+
+// A cgroup's shared ballast for the namespaces its processes make lives
+// only while one of them does.
+func TestNestedBallastRetired(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	n := NewEngineTable()
+	n.ChargePods = true
+	for i := uint64(0); i < 3; i++ {
+		if _, err := n.engines(1<<40+i, os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(n.nested) != 1 {
+		t.Skipf("%d nested ballasts (no memory cgroup here?)", len(n.nested))
+	}
+	for i := uint64(0); i < 3; i++ {
+		if len(n.nested) != 1 {
+			t.Fatalf("ballast retired with %d namespaces left", 3-i)
+		}
+		n.mu.Lock()
+		n.freeLocked(1<<40+i, n.byIno[1<<40+i])
+		n.mu.Unlock()
+	}
+	if len(n.nested) != 0 || len(n.nestedUsers) != 0 {
+		t.Fatalf("ballast kept with no namespace: %d, %v", len(n.nested), n.nestedUsers)
 	}
 }
