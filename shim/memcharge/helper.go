@@ -17,6 +17,10 @@ import (
 // HelperArg is the argument that makes the shim's binary run HelperMain.
 const HelperArg = "memcharge-helper"
 
+// helperEnv is set in a helper's environment, so that a binary started as
+// a helper that does not run HelperMain never starts helpers itself.
+const helperEnv = "CONTAINERD_SHIM_IPC_MEMCHARGE_HELPER"
+
 // helper is a process in a pod's memory cgroup that allocates a ballast's
 // pages on the shim's request.
 type helper struct {
@@ -29,6 +33,12 @@ type helper struct {
 // names, and protects it from the pod's OOM killer. The helper allocates
 // nothing before it is told to, so every page it allocates is the pod's.
 func startHelper(memfd int, host Host) (*helper, error) {
+	if os.Getenv(helperEnv) != "" {
+		// This process was started as a helper but is not one (a binary
+		// without HelperMain, e.g. a test binary): starting helpers
+		// from it would recurse.
+		return nil, errors.New("not starting a helper from a helper")
+	}
 	container, procs, err := host()
 	if err != nil {
 		return nil, err
@@ -55,7 +65,7 @@ func startHelper(memfd int, host Host) (*helper, error) {
 	defer mf.Close()
 	cmd := exec.Command(exe(), HelperArg)
 	cmd.ExtraFiles = []*os.File{mf, theirs} // fds 3 and 4
-	cmd.Env = []string{"GOMAXPROCS=1", "GOGC=off"}
+	cmd.Env = []string{"GOMAXPROCS=1", "GOGC=off", helperEnv + "=1"}
 	// No Pdeathsig: it is tied to the forking thread, which Go may end
 	// (a locked goroutine's); the helper ends when the shim's end of its
 	// socket closes, as it does when the shim dies.
