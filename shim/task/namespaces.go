@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
@@ -21,34 +22,100 @@ import (
 // own IPC namespace gets a fresh one, an exec'd process is in its
 // container's. A namespace is freed when the last container attached to
 // it is deleted.
+//
+// Locks: a trapped call's lookup (Handle, Peek, Known, Len, Exit) takes
+// none: it reads served, a snapshot of byIno that every change replaces.
+// mu is held only to read and change the maps, never across a blocking
+// operation (a ballast's helper round trip, start or end, which can wait
+// on a stuck helper for seconds; the /proc sweep): those are decided
+// under mu, collected in a deferred and run after it is released, so one
+// pod's stuck helper or a namespace's creation slows no other pod's calls
+// and no other control call. Order: sweepMu, then mu, then a
+// servedNamespace's hostMu. A ballast's lock (held across its round
+// trips) is never waited for under mu: only a new ballast's, which no one
+// else holds, is taken there (newServedNamespace); deferred work runs
+// with none of sweepMu and mu held.
 type EngineTable struct {
 	// Logf reports namespace life events; nil discards them.
 	Logf func(format string, args ...any)
-	// OnCreate and OnFree, if set, are called (with the mapping locked)
-	// when an engine namespace of a container is made and freed.
+	// OnCreate and OnFree, if set, are called (with mu held, so that a
+	// kernel namespace's create and free are seen in order) when an
+	// engine namespace of a container is made and freed; they must not
+	// block.
 	OnCreate, OnFree func(ino uint64)
 	// ChargePods makes each engine namespace charge what its objects
 	// hold to the memory cgroup of its containers (memcharge).
 	ChargePods bool
 
+	// served is byIno as of the last change, read without a lock; the
+	// map it points to is never changed (publishLocked replaces it).
+	served atomic.Pointer[map[uint64]*servedNamespace]
+
+	// mu protects the fields below and the servedContainer and
+	// servedNamespace records (but for what their own comments give to
+	// another lock).
 	mu    sync.RWMutex
 	seq   uint64
 	ctrs  map[string]*servedContainer
 	byIno map[uint64]*servedNamespace
 	// nested holds the ballasts of namespaces not a container's, by the
 	// memory cgroup (cgroup.procs file) of the processes that made them;
-	// nestedCount counts those namespaces (MaxNested).
+	// nestedCount counts those namespaces (MaxNested), and those being
+	// made (in making).
 	nested      map[string]*memcharge.Ballast
-	nestedUsers map[string]int // nested namespaces using each of nested
+	nestedUsers map[string]int // nested namespaces using each of nested, and those being made
 	nestedCount int
 	nextSweep   int // nestedCount at which the next sweep runs
+	// making holds the namespaces not a container's being made (outside
+	// mu: their first charge is a helper round trip); the channel is
+	// closed when it is made or refused. Other callers in the namespace
+	// wait for it, callers in others do not.
+	making map[uint64]chan struct{}
+
+	// sweepMu makes one sweep at a time (taken before mu, never under it).
+	sweepMu sync.Mutex
+}
+
+// deferred is the blocking work a change of the table decided under
+// EngineTable.mu: it runs after mu is released.
+type deferred struct {
+	evicts []eviction
+	// detach lists namespaces not a container's whose charges leave the
+	// shared ballast of their cgroup (SetAccount(nil) waits for their
+	// charges in flight).
+	detach []*servedNamespace
+	close  []*memcharge.Ballast
+}
+
+type eviction struct {
+	b         *memcharge.Ballast
+	container string
+}
+
+func (d *deferred) evict(b *memcharge.Ballast, container string) {
+	d.evicts = append(d.evicts, eviction{b, container})
+}
+
+// run does the work in order: helpers leave cgroups, charges leave
+// shared ballasts, then ballasts are closed.
+func (d *deferred) run() {
+	for _, v := range d.evicts {
+		v.b.Evict(v.container)
+	}
+	for _, e := range d.detach {
+		_ = e.eng.Sem().Resources().SetAccount(nil)
+	}
+	for _, b := range d.close {
+		b.Close()
+	}
 }
 
 // servedContainer is everything the shim keeps about one container it
 // serves, in one record: made by Prepare (Create) or, for another shim's
 // container joining, by its first listener (Attach), and dropped by
 // Remove (Delete) or its last listener (Release). The in-container view
-// (shim/sysvipcfs/view) is keyed by the same id. EngineTable.mu guards it.
+// (shim/sysvipcfs/view) is keyed by the same id. EngineTable.mu protects
+// it.
 type servedContainer struct {
 	limits ipcns.Limits
 	// opts is what spec.Plan found: whether the container's threads' IPC
@@ -77,6 +144,9 @@ type servedContainer struct {
 
 // servedNamespace is one kernel IPC namespace this shim serves: its
 // engines, the limits they were made with, and the containers in it.
+// eng, limits and nested are set before it is in EngineTable.byIno and
+// never change (a lookup without EngineTable.mu reads eng); the others
+// are protected by EngineTable.mu, but for hosts.
 type servedNamespace struct {
 	eng     *gateway.Engines
 	limits  ipcns.Limits
@@ -91,7 +161,9 @@ type servedNamespace struct {
 	nested bool
 	pin    int
 	// nestedKey names the shared ballast (n.nested) a nested namespace
-	// charges, "" if none.
+	// charges, "" if none. A nested namespace is a user of that ballast
+	// (n.nestedUsers) from before its first charge until it is freed:
+	// the ballast is closed with its last user.
 	nestedKey string
 
 	// hostMu protects hosts: the containers (in the order they came) and
@@ -139,9 +211,36 @@ func (e *servedNamespace) removeHost(container string) {
 	}
 }
 
-// NewNamespaces returns an empty mapping.
+// NewEngineTable returns an empty mapping.
 func NewEngineTable() *EngineTable {
-	return &EngineTable{ctrs: map[string]*servedContainer{}, byIno: map[uint64]*servedNamespace{}}
+	n := &EngineTable{ctrs: map[string]*servedContainer{}, byIno: map[uint64]*servedNamespace{}, making: map[uint64]chan struct{}{}}
+	n.publishLocked()
+	return n
+}
+
+// publishLocked makes byIno's present content what lookups see. Call it
+// (mu held) after changing byIno, before releasing mu.
+func (n *EngineTable) publishLocked() {
+	m := make(map[uint64]*servedNamespace, len(n.byIno))
+	for ino, e := range n.byIno {
+		m[ino] = e
+	}
+	n.served.Store(&m)
+}
+
+// snapshot returns the namespaces served as of the last change, without
+// a lock: read it, never change it.
+func (n *EngineTable) snapshot() map[uint64]*servedNamespace {
+	if m := n.served.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// lookup returns the served namespace of kernel IPC namespace ino, or
+// nil, without a lock.
+func (n *EngineTable) lookup(ino uint64) *servedNamespace {
+	return n.snapshot()[ino]
 }
 
 func (n *EngineTable) logf(format string, args ...any) {
@@ -210,6 +309,14 @@ func (n *EngineTable) containerMetas() (map[string]ctrMeta, map[uint64]string) {
 // process pid (its init, or an exec'd process), making the engine
 // namespace if it is the first. It reports whether the namespace is new.
 func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
+	// The memory cgroup is read before mu is taken (it reads /proc).
+	cgroup := ""
+	if n.ChargePods && pid > 0 && n.needsCgroup(id) {
+		var err error
+		if cgroup, err = memcharge.MemoryCgroup(pid); err != nil {
+			n.logf("container %s: memory cgroup of pid %d: %v", id, pid, err)
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	m := n.ctrs[id]
@@ -234,6 +341,7 @@ func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
 	if created {
 		e = n.newServedNamespace(ino, m.limits)
 		n.byIno[ino] = e
+		n.publishLocked()
 		if n.OnCreate != nil {
 			n.OnCreate(ino)
 		}
@@ -243,11 +351,8 @@ func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
 		n.logf("container %s joins IPC namespace %d whose limits were set by its first container; its own sysctls are not applied", id, ino)
 	}
 	e.members[id] = struct{}{}
-	if n.ChargePods && m.cgroup == "" && pid > 0 {
-		var err error
-		if m.cgroup, err = memcharge.MemoryCgroup(pid); err != nil {
-			n.logf("container %s: memory cgroup of pid %d: %v", id, pid, err)
-		}
+	if m.cgroup == "" {
+		m.cgroup = cgroup
 	}
 	if m.cgroup != "" {
 		e.addHost(id, m.cgroup)
@@ -255,8 +360,19 @@ func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
 	return created
 }
 
+// needsCgroup reports whether container id's memory cgroup is not known
+// yet.
+func (n *EngineTable) needsCgroup(id string) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	m := n.ctrs[id]
+	return m == nil || m.cgroup == ""
+}
+
 // newServedNamespace makes the engines of a container's kernel IPC
-// namespace ino and, with ChargePods, their ballast.
+// namespace ino and, with ChargePods, their ballast. It does not block
+// (a ballast starts its helper at its first growth, and a new one has
+// nothing to charge): Attach calls it under mu.
 func (n *EngineTable) newServedNamespace(ino uint64, l ipcns.Limits) *servedNamespace {
 	name := "ipc:" + strconv.FormatUint(ino, 10)
 	e := &servedNamespace{eng: gateway.NewEngines(name, l), limits: l, members: map[string]struct{}{}}
@@ -275,11 +391,11 @@ func (n *EngineTable) newServedNamespace(ino uint64, l ipcns.Limits) *servedName
 	return e
 }
 
-// releaseNestedLocked gives back what nested namespace e held of its
-// cgroup's shared ballast, and closes the ballast with its last user: a
-// ballast (memfd, helper) lives only while a namespace uses it.
-func (n *EngineTable) releaseNestedLocked(e *servedNamespace) {
-	_ = e.eng.Sem().Resources().SetAccount(nil)
+// releaseNestedLocked gives back (in d) what nested namespace e held of
+// its cgroup's shared ballast, and closes the ballast (in d) with its last
+// user: a ballast (memfd, helper) lives only while a namespace uses it.
+func (n *EngineTable) releaseNestedLocked(e *servedNamespace, d *deferred) {
+	d.detach = append(d.detach, e)
 	key := e.nestedKey
 	if key == "" {
 		return
@@ -290,14 +406,15 @@ func (n *EngineTable) releaseNestedLocked(e *servedNamespace) {
 	}
 	delete(n.nestedUsers, key)
 	if b := n.nested[key]; b != nil {
-		b.Close()
+		d.close = append(d.close, b)
 		delete(n.nested, key)
 	}
 }
 
 // nestedBallastLocked returns the ballast of the namespaces that the
 // processes of memory cgroup procs made themselves (unshare -i): one per
-// cgroup, so one helper however many namespaces it makes.
+// cgroup, so one helper however many namespaces it makes. A new ballast
+// is only a memfd (no helper before its first growth).
 func (n *EngineTable) nestedBallastLocked(procs string) *memcharge.Ballast {
 	if b := n.nested[procs]; b != nil {
 		return b
@@ -317,8 +434,11 @@ func (n *EngineTable) nestedBallastLocked(procs string) *memcharge.Ballast {
 
 // Evict makes container id's memory cgroup removable: the ballast's
 // helper, if there, leaves it (runc deletes the cgroup with the
-// container). Call it before the container is deleted.
+// container). Call it before the container is deleted. The helpers are
+// stopped (which waits for one in a round trip) after mu is released.
 func (n *EngineTable) Evict(id string) {
+	var d deferred
+	defer d.run()
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	m := n.ctrs[id]
@@ -328,11 +448,11 @@ func (n *EngineTable) Evict(id string) {
 	if e := n.byIno[m.ino]; e != nil {
 		e.removeHost(id)
 		if e.ballast != nil {
-			e.ballast.Evict(id)
+			d.evict(e.ballast, id)
 		}
 	}
 	if b := n.nested[m.cgroup]; b != nil {
-		b.Evict("")
+		d.evict(b, "")
 	}
 }
 
@@ -340,12 +460,16 @@ func (n *EngineTable) Evict(id string) {
 // engine namespace, the namespace and all its objects are freed. It
 // reports the freed namespace's inode, or 0.
 func (n *EngineTable) Remove(id string) uint64 {
+	var d deferred
+	defer d.run()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.removeLocked(id)
+	return n.removeLocked(id, &d)
 }
 
-func (n *EngineTable) removeLocked(id string) uint64 {
+// removeLocked forgets container id; what its helpers and a freed
+// namespace's ballasts must do is left in d.
+func (n *EngineTable) removeLocked(id string, d *deferred) uint64 {
 	m := n.ctrs[id]
 	if m == nil {
 		return 0
@@ -358,31 +482,33 @@ func (n *EngineTable) removeLocked(id string) uint64 {
 	// Its cgroup goes with it: no helper may stay in it or be put there.
 	e.removeHost(id)
 	if e.ballast != nil {
-		e.ballast.Evict(id)
+		d.evict(e.ballast, id)
 	}
 	if b := n.nested[m.cgroup]; b != nil {
-		b.Evict("")
+		d.evict(b, "")
 	}
 	delete(e.members, id)
 	if len(e.members) > 0 {
 		return 0
 	}
-	n.freeLocked(m.ino, e)
+	n.freeLocked(m.ino, e, d)
+	n.publishLocked()
 	n.logf("IPC namespace %d: last container (%s) deleted, engine namespace freed", m.ino, id)
 	return m.ino
 }
 
 // freeLocked drops engine namespace e of kernel IPC namespace ino and
 // everything it holds: its charge, its pin on a namespace of its own, its
-// place among the MaxNested.
-func (n *EngineTable) freeLocked(ino uint64, e *servedNamespace) {
+// place among the MaxNested. Its ballasts are closed in d; the caller
+// publishes byIno.
+func (n *EngineTable) freeLocked(ino uint64, e *servedNamespace, d *deferred) {
 	delete(n.byIno, ino)
 	if e.ballast != nil {
-		e.ballast.Close()
+		d.close = append(d.close, e.ballast)
 	}
 	if e.nested {
 		n.nestedCount--
-		n.releaseNestedLocked(e)
+		n.releaseNestedLocked(e, d)
 	}
 	if e.pin > 0 {
 		unix.Close(e.pin)
@@ -405,6 +531,8 @@ func (n *EngineTable) Local(id string) bool {
 // one the container leaves (as Remove). It reports whether the container
 // left.
 func (n *EngineTable) Release(id string) bool {
+	var d deferred
+	defer d.run()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	m := n.ctrs[id]
@@ -415,7 +543,7 @@ func (n *EngineTable) Release(id string) bool {
 	if m.listeners > 0 {
 		return false
 	}
-	n.removeLocked(id)
+	n.removeLocked(id, &d)
 	return true
 }
 
@@ -435,16 +563,12 @@ func (n *EngineTable) Foreigners() int {
 // Known reports whether kernel IPC namespace ino has an engine namespace
 // in this shim.
 func (n *EngineTable) Known(ino uint64) bool {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return n.byIno[ino] != nil
+	return n.lookup(ino) != nil
 }
 
 // Len returns the number of live engine namespaces.
 func (n *EngineTable) Len() int {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return len(n.byIno)
+	return len(n.snapshot())
 }
 
 // MaxNested bounds the engine namespaces a shim makes for IPC namespaces
@@ -466,49 +590,101 @@ const nestedBytes = 16 << 10
 // kernel, charged to the memory cgroup of the process that made it; it
 // lives until a sweep finds no process in it. The error (ENOMEM) is the
 // call's answer when none can be made.
+//
+// The lookup of a namespace served takes no lock. Making one does its
+// slow parts (the sweep, reading the caller's cgroup, the first charge:
+// a helper round trip) with mu released; its place among the MaxNested
+// and its share of the cgroup's ballast are taken first, under mu.
 func (n *EngineTable) engines(ino uint64, caller int) (*gateway.Engines, error) {
-	n.mu.RLock()
-	e := n.byIno[ino]
-	n.mu.RUnlock()
-	if e != nil {
+	if e := n.lookup(ino); e != nil {
 		return e.eng, nil
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if e = n.byIno[ino]; e != nil {
-		return e.eng, nil
-	}
-	if n.nestedCount >= MaxNested || n.nestedCount >= n.nextSweep {
-		// Amortized: a sweep reads every thread's namespace, and the
-		// next is due when the count has doubled since.
-		n.sweepNestedLocked()
-		n.nextSweep = max(64, 2*n.nestedCount)
+	swept := false
+	for {
+		n.mu.Lock()
+		if e := n.byIno[ino]; e != nil {
+			n.mu.Unlock()
+			return e.eng, nil
+		}
+		if wait := n.making[ino]; wait != nil {
+			// Another thread of the namespace is making it.
+			n.mu.Unlock()
+			<-wait
+			continue
+		}
+		if !swept && (n.nestedCount >= MaxNested || n.nestedCount >= n.nextSweep) {
+			n.mu.Unlock()
+			n.sweepNested()
+			swept = true
+			continue
+		}
 		if n.nestedCount >= MaxNested {
 			n.logf("IPC namespace %d: refused, %d namespaces not a container's are in use (MaxNested)", ino, n.nestedCount)
 			n.refusedLocked(ino)
+			n.mu.Unlock()
 			return nil, unix.ENOMEM
 		}
+		break
 	}
+	// mu is held: take the namespace's place.
+	done := make(chan struct{})
+	n.making[ino] = done
+	n.nestedCount++
+	n.mu.Unlock()
+	return n.makeNested(ino, caller, done)
+}
+
+// makeNested makes the engine namespace of ino, not a container's, whose
+// place (nestedCount, making) engines took.
+func (n *EngineTable) makeNested(ino uint64, caller int, done chan struct{}) (*gateway.Engines, error) {
 	name := "ipc:" + strconv.FormatUint(ino, 10)
-	e = &servedNamespace{eng: gateway.NewEngines(name, ipcns.DefaultLimits()), limits: ipcns.DefaultLimits(), members: map[string]struct{}{}, nested: true}
+	e := &servedNamespace{eng: gateway.NewEngines(name, ipcns.DefaultLimits()), limits: ipcns.DefaultLimits(), members: map[string]struct{}{}, nested: true}
+	charged := true
 	if n.ChargePods {
 		res := e.eng.Sem().Resources()
 		if procs, err := memcharge.MemoryCgroup(caller); err != nil {
 			n.logf("IPC namespace %d: objects not charged: memory cgroup of pid %d: %v", ino, caller, err)
-		} else if b := n.nestedBallastLocked(procs); b != nil {
-			_ = res.SetAccount(b)
-			e.nestedKey = procs
-			n.nestedUsers[procs]++
+		} else {
+			n.mu.Lock()
+			b := n.nestedBallastLocked(procs)
+			if b != nil {
+				// A user from now: the ballast is not closed under it.
+				e.nestedKey = procs
+				n.nestedUsers[procs]++
+			}
+			n.mu.Unlock()
+			if b != nil {
+				_ = res.SetAccount(b)
+			}
 		}
-		if err := res.Charge(nestedBytes); err != nil {
-			n.releaseNestedLocked(e)
-			n.refusedLocked(ino)
-			return nil, unix.ENOMEM
-		}
+		charged = res.Charge(nestedBytes) == nil
 	}
-	e.pin = pinNamespace(caller, ino)
+	if charged {
+		e.pin = pinNamespace(caller, ino)
+	}
+	var d deferred
+	defer d.run()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.making, ino)
+	close(done)
+	if other := n.byIno[ino]; other != nil || !charged {
+		// Refused, or a container attached to the namespace meanwhile
+		// (its engine namespace serves it): this one is thrown away.
+		n.nestedCount--
+		n.releaseNestedLocked(e, &d)
+		if e.pin > 0 {
+			unix.Close(e.pin)
+			e.pin = 0
+		}
+		if other != nil {
+			return other.eng, nil
+		}
+		n.refusedLocked(ino)
+		return nil, unix.ENOMEM
+	}
 	n.byIno[ino] = e
-	n.nestedCount++
+	n.publishLocked()
 	n.logf("IPC namespace %d: not a container's; new engine namespace with default limits", ino)
 	return e.eng, nil
 }
@@ -537,12 +713,36 @@ func pinNamespace(tid int, ino uint64) int {
 	return fd
 }
 
-// sweepNestedLocked frees the engine namespaces not a container's that no
+// sweepRead, if set (by a test), is called between a sweep's reading of
+// /proc and its freeing.
+var sweepRead func()
+
+// sweepNested frees the engine namespaces not a container's that no
 // container is attached to and no thread on the host is in (their
-// objects die with them, as the kernel's do with free_ipc_ns). It reads
-// every thread's /proc/PID/task/TID/ns/ipc once. A namespace kept only by
-// an fd or a bind mount is not seen: it is freed.
-func (n *EngineTable) sweepNestedLocked() {
+// objects die with them, as the kernel's do with free_ipc_ns), if a sweep
+// is still due: amortized, the next is due when the count has doubled
+// since, or at MaxNested. It reads every thread's
+// /proc/PID/task/TID/ns/ipc once, with mu released; a namespace is freed
+// only if it was there before the reading began and has no container
+// yet. A namespace kept only by an fd or a bind mount is not seen: it is
+// freed.
+func (n *EngineTable) sweepNested() {
+	n.sweepMu.Lock()
+	defer n.sweepMu.Unlock()
+	n.mu.Lock()
+	if n.nestedCount < MaxNested && n.nestedCount < n.nextSweep {
+		// Another caller swept meanwhile.
+		n.mu.Unlock()
+		return
+	}
+	idle := map[uint64]*servedNamespace{}
+	for ino, e := range n.byIno {
+		if e.nested && len(e.members) == 0 {
+			idle[ino] = e
+		}
+	}
+	n.mu.Unlock()
+
 	inUse := map[uint64]bool{}
 	tasks, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/ns/ipc")
 	for _, p := range tasks {
@@ -551,12 +751,26 @@ func (n *EngineTable) sweepNestedLocked() {
 			inUse[st.Ino] = true
 		}
 	}
-	for ino, e := range n.byIno {
-		if e.nested && len(e.members) == 0 && !inUse[ino] {
-			n.freeLocked(ino, e)
+
+	if sweepRead != nil {
+		sweepRead()
+	}
+	var d deferred
+	defer d.run()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	freed := false
+	for ino, e := range idle {
+		if n.byIno[ino] == e && len(e.members) == 0 && !inUse[ino] {
+			n.freeLocked(ino, e, &d)
+			freed = true
 			n.logf("IPC namespace %d: no process left in it, engine namespace freed", ino)
 		}
 	}
+	if freed {
+		n.publishLocked()
+	}
+	n.nextSweep = max(64, 2*n.nestedCount)
 }
 
 // Handle serves one trapped call (gateway.Handler).
@@ -572,9 +786,7 @@ func (n *EngineTable) Handle(r *gateway.Request) {
 // Peek returns the engine namespace of kernel IPC namespace ino without
 // making one (the in-container view's lookup).
 func (n *EngineTable) Peek(ino uint64) *gateway.Engines {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	if e := n.byIno[ino]; e != nil {
+	if e := n.lookup(ino); e != nil {
 		return e.eng
 	}
 	return nil
@@ -582,13 +794,7 @@ func (n *EngineTable) Peek(ino uint64) *gateway.Engines {
 
 // Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
 func (n *EngineTable) Exit(pid *ipcns.Pid) {
-	n.mu.RLock()
-	all := make([]*gateway.Engines, 0, len(n.byIno))
-	for _, e := range n.byIno {
-		all = append(all, e.eng)
-	}
-	n.mu.RUnlock()
-	for _, e := range all {
-		e.Exit(pid)
+	for _, e := range n.snapshot() {
+		e.eng.Exit(pid)
 	}
 }

@@ -136,11 +136,64 @@ func TestNestedBallastRetired(t *testing.T) {
 		if len(n.nested) != 1 {
 			t.Fatalf("ballast retired with %d namespaces left", 3-i)
 		}
+		var d deferred
 		n.mu.Lock()
-		n.freeLocked(1<<40+i, n.byIno[1<<40+i])
+		n.freeLocked(1<<40+i, n.byIno[1<<40+i], &d)
+		n.publishLocked()
 		n.mu.Unlock()
+		d.run()
 	}
 	if len(n.nested) != 0 || len(n.nestedUsers) != 0 {
 		t.Fatalf("ballast kept with no namespace: %d, %v", len(n.nested), n.nestedUsers)
+	}
+}
+
+// The sweep reads /proc with the table unlocked: meanwhile namespaces
+// are served, and one that a container attaches to, or that is made,
+// is not freed by it.
+func TestSweepUnlocked(t *testing.T) {
+	n := NewEngineTable()
+	n.Prepare("b", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+	n.Attach("b", 1<<40+200, 0)
+	const idle, joined = 1<<40 + 1, 1<<40 + 2
+	for _, ino := range []uint64{idle, joined} {
+		if _, err := n.engines(ino, os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepRead = func() {
+		sweepRead = nil
+		if _, err := n.engines(1<<40+200, os.Getpid()); err != nil {
+			t.Error(err)
+		}
+		n.Prepare("c", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+		n.Attach("c", joined, 0)
+		// Made meanwhile (with no sweep due: this is the sweep's
+		// goroutine, and a sweep is one at a time).
+		n.mu.Lock()
+		n.nextSweep = MaxNested
+		n.mu.Unlock()
+		if _, err := n.engines(1<<40+3, os.Getpid()); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { sweepRead = nil }()
+	n.mu.Lock()
+	n.nextSweep = n.nestedCount // a sweep is due
+	n.mu.Unlock()
+	if _, err := n.engines(1<<40+4, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	if sweepRead != nil {
+		t.Fatal("no sweep")
+	}
+	if n.Known(idle) || !n.Known(joined) || !n.Known(1<<40+3) || !n.Known(1<<40+4) {
+		t.Fatalf("after the sweep: idle %v, joined %v, made meanwhile %v, made after %v (want false, true, true, true)",
+			n.Known(idle), n.Known(joined), n.Known(1<<40+3), n.Known(1<<40+4))
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.nestedCount != 3 {
+		t.Fatalf("%d namespaces not a container's counted, 3 live", n.nestedCount)
 	}
 }
