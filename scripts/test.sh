@@ -12,7 +12,8 @@
 #   unit          every package but integration/: unit and differential tests
 #                 (root: unshare(CLONE_NEWIPC) for the kernel oracle)
 #   integration   integration/: the shim under a real containerd and runc
-#   race          go test -race -short ./... (integration skips in -short)
+#   race          go test -race -short ./... (integration skips in -short),
+#                 the gateway with receivers overlapping on every call
 #   deploy        deploy/ (own module): manifests decoded strictly with the
 #                 Kubernetes API types, install.sh run twice on temp roots
 set -uo pipefail
@@ -66,7 +67,7 @@ step vet 0 $GO vet ./...
 # shellcheck disable=SC2046
 step unit 0 $GO test -count=1 $($GO list ./... | grep -v /integration)
 step integration 0 $GO test -count=1 ./integration/
-step race 0 $GO test -count=1 -race -short ./...
+step race 0 env GATEWAY_HANDOFF=always $GO test -count=1 -race -short ./...
 # deploy/ is its own module (k8s.io/api stays out of the shim's go.mod).
 step deploy 0 sh -c "cd deploy && $GO vet ./... && $GO test -count=1 ./..."
 summary

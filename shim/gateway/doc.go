@@ -2,9 +2,15 @@ package gateway
 
 // # How a trapped call is served
 //
-// One receiver per listener (gateway.go, ServeListener): a goroutine
-// locked to its OS thread, blocked in SECCOMP_IOCTL_NOTIF_RECV. For each
-// notification it
+// Receivers per listener (gateway.go, ServeListener): goroutines locked
+// to their OS threads, one at a time blocked in SECCOMP_IOCTL_NOTIF_RECV
+// (it holds the turn to read). While one thread calls alone, one
+// receiver reads and serves its calls, as cheaply as one can; when a
+// receiver reads a call while another waits to be read (a poll, only
+// when the caller differs from the previous one), it hands the turn on
+// to an idle receiver, or a new one (up to maxReceivers, the CPUs),
+// before it serves its call: the processes of a container are served in
+// parallel. For each notification a receiver
 //
 //  1. decodes the call (arch.go);
 //  2. applies what the kernel reported since the last call (events.go:
@@ -24,7 +30,8 @@ package gateway
 // Following one semop(2), in the order the code runs it (a newcomer's
 // path through the tree; every step is one function):
 //
-//	gateway.go      ServeListener → dispatch        RECV, then steps 1-4
+//	gateway.go      ServeListener → receive →       RECV, hand the turn on if calls
+//	                dispatch                        wait, then steps 1-4
 //	arch.go         Decode                          nr, arch → SysSemop
 //	task.go         Gateway.resolve                 the thread's Task (cache or /proc)
 //	gateway.go      Gateway.restart                 a restart? answered here
@@ -108,9 +115,33 @@ package gateway
 // to. It then matches the call just read — same number, arguments and
 // instruction pointer as the restart to come — and that call is gone: the
 // report is the call's own, not that of an earlier call it restarts.
-// restart leaves it in place (keepInterruption) and the restart that
+// restart leaves it in place, on the Task, and the restart that
 // follows is answered by it (TestInterruptedBeforeBound puts a signal in
 // that window every time).
+//
+// # Receivers that overlap
+//
+// With one receiver, a listener's calls reached their handlers in the
+// order the kernel trapped them, and a thread's notifications one after
+// the other. With several, three rules keep both where they can be seen:
+//
+//   - Per object, the order read (ordered): a call reaches its handler
+//     only after every call read before it on the same set or queue (or
+//     any get or ctl call) did. A process that sees another asleep in the
+//     trap and then acts on that object is served after it, as with one
+//     receiver (see "What is not exact" for calls not yet read).
+//   - Per thread, the newest call wins (Task.staleLocked): a filter
+//     numbers its notifications in order and a thread makes one call at
+//     a time, so a call older than one already taken up for its thread
+//     is gone (interrupted and restarted, read by another receiver
+//     first); it is dropped unanswered. A thread identified by two
+//     receivers at once gets one Task (Gateway.insert).
+//   - An interruption the kernel reported before its call was bound is
+//     judged the call's own under evMu and the Task's lock (restart), so
+//     the receiver reading the restart finds it where it looks.
+//
+// Reads stay in order (one turn), so drain.go's count of calls read and
+// dispatched is unchanged.
 //
 // A thread makes one call at a time: a notification from a thread whose
 // previous call was neither answered nor reported interrupted means that
@@ -184,6 +215,8 @@ package gateway
 // running the actions events queue (cancelling a sleep, applying
 // SEM_UNDO). Order: actMu, then evMu or an engine lock; an engine lock,
 // then evMu (a Commit checks for signals); evMu, then tmu or Task.mu;
-// tmu, then Task.mu.
+// tmu, then Task.mu. A listener's turnMu and orderMu are leaves; a
+// receiver waits for an earlier call's receiver (ordered) holding no
+// lock, and that one never waits for a later call.
 // Engine callbacks (Commit, Done) run under engine locks and never call
 // back into an engine.

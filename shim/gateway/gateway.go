@@ -62,6 +62,10 @@ type Stats struct {
 	Exits atomic.Int64
 	// EventsLost is the number of kernel events lost to a full ring.
 	EventsLost atomic.Int64
+	// Stale counts calls found gone before they were bound to their
+	// thread: a newer call of the thread was taken up first (by another
+	// receiver of the listener), or the thread exited.
+	Stale atomic.Int64
 }
 
 // ListenerOptions says what the gateway may assume of the tasks of one
@@ -208,14 +212,57 @@ func (g *Gateway) SyncEvents() {
 type listener struct {
 	l    *seccompnotify.Listener
 	opts ListenerOptions
-	// received and dispatched count the notifications the receiver has
+	// received and dispatched count the notifications the receivers have
 	// read and finished dispatching; lastID is the last one read. An
 	// observer of the namespace waits for them to agree (drain.go).
 	received, dispatched, lastID atomic.Uint64
-	// ns is the IPC namespace its callers were last seen in (receiver
-	// only).
-	ns uint64
+	// ns is the IPC namespace its callers were last seen in.
+	ns atomic.Uint64
+
+	// turn is the right to read (RECV): one token, held by one receiver
+	// at a time, so notifications are counted in the order they are read.
+	// A receiver that finds more calls waiting hands it on before it
+	// dispatches (receive).
+	turn chan struct{}
+	// done is closed when the listener's filter has no users left (or
+	// serving failed): receivers waiting for the turn return.
+	done     chan struct{}
+	doneOnce sync.Once
+	err      error // why done was closed; set before
+	// receivers counts the receivers started, idle those waiting for the
+	// turn (under turnMu: a hand-off decides on them).
+	turnMu    sync.Mutex
+	receivers int
+	idle      int
+	// lastTid is the thread of the last call read (turn holder only).
+	lastTid uint32
+
+	// orderMu protects inOrder: the calls read while others may be in
+	// dispatch and not yet handed to their handler, in the order read
+	// (see ordered).
+	orderMu sync.Mutex
+	inOrder []*orderedCall
+	// overlapped is set once the turn was first handed on: from then on
+	// every call read is put in inOrder.
+	overlapped bool // turn holder only
 }
+
+// orderedCall is a call read while receivers of its listener overlap:
+// key names the object it works on (objectKey), ready is closed once it
+// reached its handler (or was answered before).
+type orderedCall struct {
+	key   uint64
+	ready chan struct{}
+}
+
+// maxReceivers bounds the receivers (each a goroutine on its own OS
+// thread) of one listener: more than the CPUs cannot read faster.
+var maxReceivers = min(runtime.NumCPU(), 4)
+
+// handOffAlways makes every receiver hand the turn on after each read,
+// as if calls always waited: tests use it to make receivers of one
+// listener overlap as much as they can.
+var handOffAlways atomic.Bool
 
 // Serve serves l with the gateway's Defaults; see ServeListener.
 func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
@@ -223,12 +270,18 @@ func (g *Gateway) Serve(ctx context.Context, l *seccompnotify.Listener) error {
 }
 
 // ServeListener serves l until its filter has no users left (every task
-// that had it has exited), then returns nil; it does not close l. Calls
-// are received and served on one goroutine locked to its OS thread,
-// blocked in SECCOMP_IOCTL_NOTIF_RECV between calls (the cheapest way for
-// a Go supervisor to be woken: see docs/bench-gateway.md). The wait in
-// RECV cannot be interrupted: a cancelled ctx ends the loop at the next
-// notification or when the filter's users are gone.
+// that had it has exited), then returns nil; it does not close l.
+//
+// Calls are read and served by receivers: goroutines locked to their OS
+// threads, one of them blocked in SECCOMP_IOCTL_NOTIF_RECV at a time (the
+// cheapest way for a Go supervisor to be woken: see
+// docs/bench-gateway.md). A receiver that reads a call while others wait
+// (several threads calling at once) hands the turn to read on to an idle
+// receiver, starting one if none is idle (up to maxReceivers), and
+// serves its call meanwhile: the processes of a container are served in
+// parallel, not one after the other. The wait in RECV cannot be
+// interrupted: a cancelled ctx ends serving at the next notification or
+// when the filter's users are gone.
 func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, opts ListenerOptions) error {
 	if err := g.Ready(ctx); err != nil {
 		return err
@@ -243,39 +296,212 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 			g.logf("gateway: %v", err)
 		}
 	}
-	ls := &listener{l: l, opts: opts}
+	ls := &listener{l: l, opts: opts, turn: make(chan struct{}, 1), done: make(chan struct{}), receivers: 1}
 	if opts.IPCNS != 0 {
 		g.addListener(ls, opts.IPCNS)
 	}
 	defer g.removeListener(ls)
+	var wg sync.WaitGroup
+	g.receive(ctx, ls, &wg, true)
+	wg.Wait()
+	return ls.err
+}
+
+// receive is one receiver of ls: it takes the turn, reads a call, hands
+// the turn on if more calls wait, and dispatches the call; until the
+// listener is done. It runs on its own OS thread (RECV blocks it).
+func (g *Gateway) receive(ctx context.Context, ls *listener, wg *sync.WaitGroup, haveTurn bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var n seccompnotify.Notif
 	for {
-		if err := l.Recv(&n); err != nil {
-			switch {
-			case seccompnotify.IsGone(err):
+		if !haveTurn && !ls.takeTurn() {
+			return
+		}
+		haveTurn = true
+		if err := ls.l.Recv(&n); err != nil {
+			if seccompnotify.IsGone(err) && !ls.l.Hungup() {
 				// The notification went before it could be taken (a
-				// signal, a death), or the filter has no users left.
-				if l.Hungup() {
-					return nil
-				}
+				// signal, a death).
 				continue
-			case errors.Is(err, seccompnotify.ErrClosed):
-				return err
 			}
-			return err
+			if seccompnotify.IsGone(err) {
+				err = nil // the filter has no users left
+			}
+			ls.finish(err)
+			return
 		}
 		ls.lastID.Store(n.ID)
 		ls.received.Add(1)
 		if ctx.Err() != nil {
-			_ = l.Reply(n.ID, 0, unix.ENOSYS)
+			_ = ls.l.Reply(n.ID, 0, unix.ENOSYS)
 			ls.dispatched.Add(1)
-			return ctx.Err()
+			ls.finish(ctx.Err())
+			return
 		}
-		g.dispatch(ls, &n)
+		handOn := ls.shouldHandOn(n.Pid)
+		var oc *orderedCall
+		if handOn || ls.overlapped {
+			// Put in inOrder before the turn is handed on, so that its
+			// place is its place in the order read.
+			ls.overlapped = true
+			oc = ls.enter(&n)
+		}
+		if handOn {
+			ls.turn <- struct{}{}
+			haveTurn = false
+			g.startReceiver(ctx, ls, wg)
+		}
+		g.dispatch(ls, &n, oc)
+		ls.leave(oc)
 		ls.dispatched.Add(1)
 	}
+}
+
+// shouldHandOn reports, after a read of a call from thread tid, whether
+// the turn should be handed on: whether other calls may wait. A thread
+// makes one call at a time, so while one thread calls alone nothing else
+// can wait and nothing is checked (no cost on that path); otherwise a
+// poll says whether a notification waits to be read.
+func (ls *listener) shouldHandOn(tid uint32) bool {
+	prev := ls.lastTid
+	ls.lastTid = tid
+	return handOffAlways.Load() || (tid != prev && ls.pendingRead())
+}
+
+// Calls of one listener served by overlapping receivers keep the order
+// in which they were read (the order the kernel trapped them) wherever
+// it can be seen: a call reaches its handler only after every call read
+// before it that works on the same object did. A process that sees
+// another asleep in the trap (/proc) and then acts on the object it
+// waits for finds it queued there, as it would with one receiver, and
+// as natively; calls on different objects run in parallel.
+//
+// objectKey names what a call works on: the set or queue of a semop,
+// semtimedop, msgsnd or msgrcv (its first argument; i386 and ipc(2)
+// calls are refused, so that is where the id is), or keyAll for every
+// other call (the get and ctl calls, which can create, remove or list
+// objects), ordered with everything.
+func objectKey(n *seccompnotify.Notif) uint64 {
+	sys, verdict := Decode(&n.Data)
+	if verdict != Serve {
+		return keyNone
+	}
+	id := uint64(uint32(n.Data.Args[0]))
+	switch sys {
+	case SysSemop, SysSemtimedop:
+		return 1<<33 | id
+	case SysMsgsnd, SysMsgrcv:
+		return 2<<33 | id
+	}
+	return keyAll
+}
+
+// keyAll orders a call with every other; keyNone with none (a call the
+// gateway does not serve).
+const (
+	keyAll  = ^uint64(0)
+	keyNone = 0
+)
+
+// enter puts call n at the end of ls's inOrder.
+func (ls *listener) enter(n *seccompnotify.Notif) *orderedCall {
+	oc := &orderedCall{key: objectKey(n), ready: make(chan struct{})}
+	ls.orderMu.Lock()
+	ls.inOrder = append(ls.inOrder, oc)
+	ls.orderMu.Unlock()
+	return oc
+}
+
+// ordered waits until every call read before oc that works on oc's
+// object has reached its handler. Those calls never wait for oc (only
+// for calls before them), and a handler does not block: the wait is
+// short and cannot close a cycle.
+func (ls *listener) ordered(oc *orderedCall) {
+	if oc == nil || oc.key == keyNone {
+		return
+	}
+	for {
+		var before *orderedCall
+		ls.orderMu.Lock()
+		for _, e := range ls.inOrder {
+			if e == oc {
+				break
+			}
+			if e.key != keyNone && (e.key == oc.key || e.key == keyAll || oc.key == keyAll) {
+				before = e
+				break
+			}
+		}
+		ls.orderMu.Unlock()
+		if before == nil {
+			return
+		}
+		<-before.ready
+	}
+}
+
+// leave marks oc as having reached its handler (or ended before) and
+// drops it from inOrder.
+func (ls *listener) leave(oc *orderedCall) {
+	if oc == nil {
+		return
+	}
+	ls.orderMu.Lock()
+	for i, e := range ls.inOrder {
+		if e == oc {
+			ls.inOrder = append(ls.inOrder[:i], ls.inOrder[i+1:]...)
+			break
+		}
+	}
+	ls.orderMu.Unlock()
+	close(oc.ready)
+}
+
+// startReceiver starts a receiver of ls if none is idle to take the turn
+// just handed on and fewer than maxReceivers run; otherwise the first
+// receiver to finish its call takes it.
+func (g *Gateway) startReceiver(ctx context.Context, ls *listener, wg *sync.WaitGroup) {
+	ls.turnMu.Lock()
+	start := ls.idle == 0 && ls.receivers < maxReceivers
+	if start {
+		ls.receivers++
+	}
+	ls.turnMu.Unlock()
+	if start {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.receive(ctx, ls, wg, false)
+		}()
+	}
+}
+
+// takeTurn waits for the turn to read; false means the listener is done.
+func (ls *listener) takeTurn() bool {
+	ls.turnMu.Lock()
+	ls.idle++
+	ls.turnMu.Unlock()
+	defer func() {
+		ls.turnMu.Lock()
+		ls.idle--
+		ls.turnMu.Unlock()
+	}()
+	select {
+	case <-ls.turn:
+		return true
+	case <-ls.done:
+		return false
+	}
+}
+
+// finish ends serving ls (err: why, nil when its filter has no users
+// left): receivers waiting for the turn return.
+func (ls *listener) finish(err error) {
+	ls.doneOnce.Do(func() {
+		ls.err = err
+		close(ls.done)
+	})
 }
 
 // addListener records that ls serves callers in IPC namespace ino, whose
@@ -283,7 +509,7 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 func (g *Gateway) addListener(ls *listener, ino uint64) {
 	g.tmu.Lock()
 	defer g.tmu.Unlock()
-	ls.ns = ino
+	ls.ns.Store(ino)
 	m := g.nsListeners[ino]
 	if m == nil {
 		m = map[*listener]bool{}
@@ -303,8 +529,9 @@ func (g *Gateway) removeListener(ls *listener) {
 	}
 }
 
-// dispatch serves notification n of listener ls.
-func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
+// dispatch serves notification n of listener ls; oc is its place in the
+// order of calls read, if receivers overlap (ordered).
+func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif, oc *orderedCall) {
 	sys, verdict := Decode(&n.Data)
 	switch verdict {
 	case Continue:
@@ -341,7 +568,7 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 		_ = ls.l.Reply(n.ID, 0, unix.ESRCH)
 		return
 	}
-	if t.IPCNS != ls.ns {
+	if t.IPCNS != ls.ns.Load() {
 		g.addListener(ls, t.IPCNS)
 	}
 	r := &Request{Notif: *n, Sysno: sys, Task: t, g: g, ls: ls, recvSeq: g.seqNow.Load(), cached: cached}
@@ -352,6 +579,7 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif) {
 	if g.restart(r) {
 		return
 	}
+	ls.ordered(oc)
 	g.h.Handle(r)
 }
 
@@ -378,6 +606,17 @@ func (g *Gateway) restart(r *Request) bool {
 	// thread's next call takes it (events.go).
 	g.evMu.Lock()
 	t.mu.Lock()
+	if t.dead.Load() || t.staleLocked(r.ls, r.Notif.ID) {
+		// The thread exited, or a newer call of it was taken up by
+		// another receiver of the listener first: r is gone, and what
+		// the kernel reported about it belongs to the newer one.
+		t.mu.Unlock()
+		g.evMu.Unlock()
+		r.gone.Store(true)
+		g.Stats.Stale.Add(1)
+		return true
+	}
+	t.lastLs, t.lastID = r.ls, r.Notif.ID
 	var cancel canceler
 	if c := t.call; c != nil {
 		// A thread makes one call at a time: its previous one is over.
@@ -392,13 +631,30 @@ func (g *Gateway) restart(r *Request) bool {
 			}
 		}
 	}
-	taken := t.intr
+	taken, fromMap := t.intr, false
+	if taken == nil {
+		taken, fromMap = g.intrs[t.Tid], true
+	}
+	if taken != nil && taken.call == nil && taken.matches(r) && r.Valid() != nil {
+		// The kernel reported an interruption of a call the gateway had
+		// not bound to the thread, and r is gone: the interruption is
+		// r's own (it came between RECV and now; it matches r, and r's
+		// restart has r's registers), not that of a call r restarts. It
+		// stays, on the Task, for the restart that follows. Decided under
+		// the locks: another receiver may be serving that restart now.
+		if fromMap {
+			delete(g.intrs, t.Tid)
+			t.intr = taken
+		}
+		t.mu.Unlock()
+		g.evMu.Unlock()
+		r.gone.Store(true)
+		g.cancelVanished(cancel)
+		return true
+	}
 	t.intr = nil
 	t.call = r
 	t.mu.Unlock()
-	if taken == nil {
-		taken = g.intrs[t.Tid]
-	}
 	delete(g.intrs, t.Tid)
 	var in *interruption
 	if taken != nil {
@@ -406,21 +662,9 @@ func (g *Gateway) restart(r *Request) bool {
 		in = &c
 	}
 	g.evMu.Unlock()
-	if cancel != nil {
-		g.Stats.Interrupted.Add(1)
-		cancel.Cancel()
-	}
+	g.cancelVanished(cancel)
 	if in == nil || !in.matches(r) {
 		return false
-	}
-	if in.call == nil && r.Valid() != nil {
-		// The kernel reported an interruption of a call the gateway had
-		// not bound to the thread yet, and r is gone: the interruption is
-		// r's own (it came between RECV and now; it would match r, its
-		// restart has r's registers), not that of a call r restarts. It
-		// stays for the restart, which follows.
-		g.keepInterruption(r, taken)
-		return true
 	}
 	if !in.restarts() {
 		return false
@@ -449,23 +693,12 @@ func (g *Gateway) restart(r *Request) bool {
 	return true
 }
 
-// keepInterruption undoes restart's binding of r, a call found gone, to
-// its thread, and gives back the interruption restart took: it is r's,
-// and the thread's next call is r's restart. A later report about the
-// thread (applied meanwhile) wins.
-func (g *Gateway) keepInterruption(r *Request, in *interruption) {
-	t := r.Task
-	r.gone.Store(true)
-	g.evMu.Lock()
-	t.mu.Lock()
-	if t.call == r {
-		t.call = nil
+// cancelVanished cancels the sleep of a call found vanished, if any.
+func (g *Gateway) cancelVanished(w canceler) {
+	if w != nil {
+		g.Stats.Interrupted.Add(1)
+		w.Cancel()
 	}
-	if t.intr == nil {
-		t.intr = in
-	}
-	t.mu.Unlock()
-	g.evMu.Unlock()
 }
 
 // Null answers every call with 0 at once, after identifying the caller:

@@ -24,7 +24,10 @@ import (
 // long run) and prints how many reps gave each outcome; the counts must
 // be identical. The "busy" variant keeps the gateway's receiver busy with
 // another process's calls so that the sleeper's notification waits
-// unread.
+// unread. Each runs twice: with the receivers as configured, and with
+// every read handing the turn on (the receivers of the listener overlap
+// on every call; their order per object must hold, see
+// ordered in gateway.go).
 func TestRaceSignalsDifferential(t *testing.T) {
 	bin := buildC(t, "testdata/racesig.c")
 	defer func(d time.Duration) { serveTimeout = d }(serveTimeout)
@@ -33,8 +36,12 @@ func TestRaceSignalsDifferential(t *testing.T) {
 	if testing.Short() {
 		reps = 6
 	}
-	for _, mode := range []string{"quiet", "busy"} {
+	for _, mode := range []string{"quiet", "busy", "quiet/handoff", "busy/handoff"} {
 		t.Run(mode, func(t *testing.T) {
+			mode, handoff := strings.CutSuffix(mode, "/handoff")
+			if handoff {
+				defer gateway.SetHandOffAlways(gateway.SetHandOffAlways(true))
+			}
 			args := []string{bin, strconv.Itoa(reps), mode}
 			native, err := harness.NativeCommand(args...).Output()
 			if err != nil {
@@ -104,8 +111,14 @@ func TestInterruptedBeforeBound(t *testing.T) {
 		reps = "5"
 	}
 	calls := map[string]gateway.Sysno{"msgrcv": gateway.SysMsgrcv, "msgsnd": gateway.SysMsgsnd, "semop": gateway.SysSemop}
-	for _, call := range []string{"msgrcv", "msgsnd", "semop"} {
+	for _, call := range []string{"msgrcv", "msgsnd", "semop", "msgrcv/handoff", "msgsnd/handoff", "semop/handoff"} {
 		t.Run(call, func(t *testing.T) {
+			call, handoff := strings.CutSuffix(call, "/handoff")
+			if handoff {
+				// The restart is read, and may be bound, by another
+				// receiver while the hook holds the call.
+				defer gateway.SetHandOffAlways(gateway.SetHandOffAlways(true))
+			}
 			native, err := harness.NativeCommand(bin, call, "self", reps).Output()
 			if err != nil {
 				t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)

@@ -66,6 +66,21 @@ type Task struct {
 	// the thread took, and its registers then (Request.await).
 	sigSeq  uint64
 	sigRegs tasktrace.Regs
+	// lastLs and lastID name the thread's newest notification the
+	// gateway took up (bound, or found its own interruption): a listener's
+	// receivers can dispatch an older notification of the thread after a
+	// newer one, and it is then gone (stale).
+	lastLs *listener
+	lastID uint64
+}
+
+// stale reports whether notification id of listener ls is older than one
+// the gateway already took up for the thread: the thread makes one call
+// at a time and a filter numbers its notifications in order, so the
+// older one is gone (its thread was interrupted and has called again).
+// t.mu is held.
+func (t *Task) staleLocked(ls *listener, id uint64) bool {
+	return t.lastLs == ls && id < t.lastID
 }
 
 // credKey is a thread's ids as PIDFD_GET_INFO reports them.
@@ -135,11 +150,11 @@ func (g *Gateway) resolve(ls *listener, tid int, id uint64) (*Task, error) {
 		t.release()
 		return nil, ErrTaskGone
 	}
-	if err := g.insert(t); err != nil {
+	got, err := g.insert(t)
+	if got != t {
 		t.release()
-		return nil, err
 	}
-	return t, nil
+	return got, err
 }
 
 // sameIPCNS reports whether the thread is still in the IPC namespace it
@@ -246,22 +261,29 @@ func (g *Gateway) process(tgid int, ns *ipcns.PidNamespace, nrs []int32) *proces
 	return p
 }
 
-// insert publishes t, replacing a stale Task of the same tid.
-func (g *Gateway) insert(t *Task) error {
+// insert publishes t, replacing a Task of the same tid whose thread's
+// exit was applied, and returns the thread's Task: t, or the one another
+// receiver of the listener identified meanwhile (for another notification
+// of the same thread; a tid names one thread while its Task lives), so
+// that a thread's calls and the kernel's reports about it meet on one
+// Task.
+func (g *Gateway) insert(t *Task) (*Task, error) {
 	g.tmu.Lock()
 	defer g.tmu.Unlock()
 	if g.procs[t.Tgid] != t.proc {
 		// The process's exit was applied while t was being built.
-		return ErrTaskGone
+		return nil, ErrTaskGone
 	}
 	if old := g.tasks[t.Tid]; old != nil {
-		old.dead.Store(true)
+		if !old.dead.Load() {
+			return old, nil
+		}
 		old.proc.threads--
 		defer old.release()
 	}
 	g.tasks[t.Tid] = t
 	t.proc.threads++
-	return nil
+	return t, nil
 }
 
 // forget drops t (its identity may have changed: it is rebuilt at the
