@@ -119,8 +119,10 @@ func BenchmarkTrappedCall(b *testing.B) {
 // each doing semop pairs on its own set, in one IPC namespace and under
 // one listener (as the processes of one container are): natively, under
 // the minimal supervisor (serveFloor, which answers 0 without an
-// engine) and under the gateway, in one run. It reports the gain of K
-// processes over one (K=1 time per call / K time per call) for each.
+// engine) and under the gateway (its receivers as configured, and one
+// receiver per listener), in one run. Times are per call of all K
+// processes (1/throughput): the gain of K over one is the K=1 time over
+// the K time.
 //
 //	go test -run XXX -bench TrappedScaling -benchtime 20000x -count 3 ./shim/gateway
 func BenchmarkTrappedScaling(b *testing.B) {
@@ -141,6 +143,8 @@ func BenchmarkTrappedScaling(b *testing.B) {
 		nat := ns(out)
 		floor := ns(serveFloor(b, bin, "semop", n, k))
 		gw := ns(serve(b, harness.NewEnginesByInode(), bin, "semop", n, k))
+		one, _ := serveWith(b, harness.NewEnginesByInode(), func(g *gateway.Gateway) { g.Receivers = 1 }, bin, "semop", n, k)
+		gw1 := ns(one)
 		if testing.Verbose() {
 			// The variants that could let one listener scale.
 			for _, v := range []struct {
@@ -154,5 +158,6 @@ func BenchmarkTrappedScaling(b *testing.B) {
 		b.ReportMetric(nat, "native-ns/call-k"+k)
 		b.ReportMetric(floor, "floor-ns/call-k"+k)
 		b.ReportMetric(gw, "gateway-ns/call-k"+k)
+		b.ReportMetric(gw1, "gateway-1recv-ns/call-k"+k)
 	}
 }

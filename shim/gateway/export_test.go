@@ -3,6 +3,7 @@ package gateway
 import (
 	"os"
 	"runtime"
+	"strconv"
 	"time"
 )
 
@@ -81,6 +82,11 @@ func (g *Gateway) Tables() (tasks, procs int) {
 func init() {
 	if os.Getenv("GATEWAY_HANDOFF") == "always" {
 		SetHandOffAlways(true)
+	}
+	// GATEWAY_RECEIVERS bounds the receivers per listener (benchmarks:
+	// 1 is serving with one receiver).
+	if n, err := strconv.Atoi(os.Getenv("GATEWAY_RECEIVERS")); err == nil && n > 0 {
+		maxReceivers = n
 	}
 }
 

@@ -99,6 +99,10 @@ type Gateway struct {
 	SyncWakeUp bool
 	// Defaults are the options of listeners served with Serve.
 	Defaults ListenerOptions
+	// Receivers bounds the receivers of one listener (0: one per CPU, at
+	// most 4; 1: one receiver serves each listener's calls in turn). Set
+	// it before serving.
+	Receivers int
 	// Logf reports anomalies; nil discards them.
 	Logf func(format string, args ...any)
 	// Stats counts signal-related events.
@@ -463,7 +467,11 @@ func (ls *listener) leave(oc *orderedCall) {
 // receiver to finish its call takes it.
 func (g *Gateway) startReceiver(ctx context.Context, ls *listener, wg *sync.WaitGroup) {
 	ls.turnMu.Lock()
-	start := ls.idle == 0 && ls.receivers < maxReceivers
+	limit := g.Receivers
+	if limit <= 0 {
+		limit = maxReceivers
+	}
+	start := ls.idle == 0 && ls.receivers < limit
 	if start {
 		ls.receivers++
 	}

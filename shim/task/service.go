@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +50,11 @@ type Service struct {
 	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
 }
 
+// ReceiversEnv, in the shim's environment (containerd's), bounds the
+// receivers serving one container process tree's trapped calls
+// (gateway.Gateway.Receivers; default one per CPU, at most 4).
+const ReceiversEnv = "IPC_SHIM_RECEIVERS"
+
 // NewService wraps runc's task service.
 func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (*Service, error) {
 	inner, err := runctask.NewTaskService(ctx, publisher, sd)
@@ -63,6 +69,9 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		return nil, fmt.Errorf("io.containerd.ipc.v2: start the IPC gateway: %w", err)
 	}
 	gw.Logf = func(f string, a ...any) { log.G(ctx).Warnf(f, a...) }
+	if n, err := strconv.Atoi(os.Getenv(ReceiversEnv)); err == nil && n > 0 {
+		gw.Receivers = n
+	}
 	s := &Service{TTRPCTaskService: inner, ctx: ctx, ns: ns, gw: gw, sock: SocketPath()}
 	if n := sweepStale(filepath.Dir(s.sock)); n > 0 {
 		log.G(ctx).Infof("removed %d socket(s) left by shims that died", n)
