@@ -215,7 +215,7 @@ package gateway
 // running the actions events queue (cancelling a sleep, applying
 // SEM_UNDO). Order: actMu, then evMu or an engine lock; an engine lock,
 // then evMu (a Commit checks for signals); evMu, then tmu or Task.mu;
-// tmu, then Task.mu. A listener's turnMu and orderMu are leaves; a
+// tmu, then Task.mu. A listener's orderMu is a leaf; a
 // receiver waits for an earlier call's receiver (ordered) holding no
 // lock, and that one never waits for a later call.
 // Engine callbacks (Commit, Done) run under engine locks and never call

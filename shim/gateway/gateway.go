@@ -223,21 +223,17 @@ type listener struct {
 	// ns is the IPC namespace its callers were last seen in.
 	ns atomic.Uint64
 
-	// turn is the right to read (RECV): one token, held by one receiver
-	// at a time, so notifications are counted in the order they are read.
-	// A receiver that finds more calls waiting hands it on before it
+	// turn is the right to read (RECV), held by one receiver at a time,
+	// so notifications are counted in the order they are read. A
+	// receiver that finds more calls waiting hands it on before it
 	// dispatches (receive).
-	turn chan struct{}
-	// done is closed when the listener's filter has no users left (or
-	// serving failed): receivers waiting for the turn return.
-	done     chan struct{}
-	doneOnce sync.Once
-	err      error // why done was closed; set before
-	// receivers counts the receivers started, idle those waiting for the
-	// turn (under turnMu: a hand-off decides on them).
-	turnMu    sync.Mutex
-	receivers int
-	idle      int
+	turn turn
+	// err is why serving ended (nil: the filter has no users left); set
+	// once, before turn is closed.
+	err     error
+	errOnce sync.Once
+	// receivers counts the receivers started.
+	receivers atomic.Int32
 	// lastTid is the thread of the last call read (turn holder only).
 	lastTid uint32
 
@@ -300,7 +296,8 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 			g.logf("gateway: %v", err)
 		}
 	}
-	ls := &listener{l: l, opts: opts, turn: make(chan struct{}, 1), done: make(chan struct{}), receivers: 1}
+	ls := &listener{l: l, opts: opts}
+	ls.receivers.Store(1)
 	if opts.IPCNS != 0 {
 		g.addListener(ls, opts.IPCNS)
 	}
@@ -319,7 +316,7 @@ func (g *Gateway) receive(ctx context.Context, ls *listener, wg *sync.WaitGroup,
 	defer runtime.UnlockOSThread()
 	var n seccompnotify.Notif
 	for {
-		if !haveTurn && !ls.takeTurn() {
+		if !haveTurn && !ls.turn.take() {
 			return
 		}
 		haveTurn = true
@@ -352,7 +349,7 @@ func (g *Gateway) receive(ctx context.Context, ls *listener, wg *sync.WaitGroup,
 			oc = ls.enter(&n)
 		}
 		if handOn {
-			ls.turn <- struct{}{}
+			ls.turn.give()
 			haveTurn = false
 			g.startReceiver(ctx, ls, wg)
 		}
@@ -463,52 +460,38 @@ func (ls *listener) leave(oc *orderedCall) {
 }
 
 // startReceiver starts a receiver of ls if none is idle to take the turn
-// just handed on and fewer than maxReceivers run; otherwise the first
+// just handed on and fewer than the limit run; otherwise the first
 // receiver to finish its call takes it.
 func (g *Gateway) startReceiver(ctx context.Context, ls *listener, wg *sync.WaitGroup) {
-	ls.turnMu.Lock()
 	limit := g.Receivers
 	if limit <= 0 {
 		limit = maxReceivers
 	}
-	start := ls.idle == 0 && ls.receivers < limit
-	if start {
-		ls.receivers++
+	if ls.turn.sleepers.Load() > 0 {
+		return
 	}
-	ls.turnMu.Unlock()
-	if start {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.receive(ctx, ls, wg, false)
-		}()
+	for {
+		n := ls.receivers.Load()
+		if int(n) >= limit {
+			return
+		}
+		if ls.receivers.CompareAndSwap(n, n+1) {
+			break
+		}
 	}
-}
-
-// takeTurn waits for the turn to read; false means the listener is done.
-func (ls *listener) takeTurn() bool {
-	ls.turnMu.Lock()
-	ls.idle++
-	ls.turnMu.Unlock()
-	defer func() {
-		ls.turnMu.Lock()
-		ls.idle--
-		ls.turnMu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.receive(ctx, ls, wg, false)
 	}()
-	select {
-	case <-ls.turn:
-		return true
-	case <-ls.done:
-		return false
-	}
 }
 
 // finish ends serving ls (err: why, nil when its filter has no users
 // left): receivers waiting for the turn return.
 func (ls *listener) finish(err error) {
-	ls.doneOnce.Do(func() {
+	ls.errOnce.Do(func() {
 		ls.err = err
-		close(ls.done)
+		ls.turn.close()
 	})
 }
 
