@@ -237,22 +237,24 @@ type listener struct {
 	// lastTid is the thread of the last call read (turn holder only).
 	lastTid uint32
 
-	// orderMu protects inOrder: the calls read while others may be in
-	// dispatch and not yet handed to their handler, in the order read
-	// (see ordered).
-	orderMu sync.Mutex
-	inOrder []*orderedCall
+	// orderMu protects inOrder and orderSeq, and is orderCond's lock.
+	// inOrder lists the calls read while others may be in dispatch and
+	// not yet handed to their handler, in the order read (see ordered).
+	orderMu    sync.Mutex
+	orderCond  sync.Cond
+	inOrder    []orderedCall
+	orderSeq   uint64
+	orderWaits int
 	// overlapped is set once the turn was first handed on: from then on
 	// every call read is put in inOrder.
 	overlapped bool // turn holder only
 }
 
 // orderedCall is a call read while receivers of its listener overlap:
-// key names the object it works on (objectKey), ready is closed once it
-// reached its handler (or was answered before).
+// seq is its place in the order read (from 1), key the object it works
+// on (objectKey).
 type orderedCall struct {
-	key   uint64
-	ready chan struct{}
+	seq, key uint64
 }
 
 // maxReceivers bounds the receivers (each a goroutine on its own OS
@@ -298,6 +300,7 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 	}
 	ls := &listener{l: l, opts: opts}
 	ls.receivers.Store(1)
+	ls.orderCond.L = &ls.orderMu
 	if opts.IPCNS != 0 {
 		g.addListener(ls, opts.IPCNS)
 	}
@@ -341,7 +344,7 @@ func (g *Gateway) receive(ctx context.Context, ls *listener, wg *sync.WaitGroup,
 			return
 		}
 		handOn := ls.shouldHandOn(n.Pid)
-		var oc *orderedCall
+		var oc uint64
 		if handOn || ls.overlapped {
 			// Put in inOrder before the turn is handed on, so that its
 			// place is its place in the order read.
@@ -405,58 +408,74 @@ const (
 	keyNone = 0
 )
 
-// enter puts call n at the end of ls's inOrder.
-func (ls *listener) enter(n *seccompnotify.Notif) *orderedCall {
-	oc := &orderedCall{key: objectKey(n), ready: make(chan struct{})}
+// enter puts call n at the end of ls's inOrder and returns its place.
+func (ls *listener) enter(n *seccompnotify.Notif) uint64 {
+	key := objectKey(n)
 	ls.orderMu.Lock()
-	ls.inOrder = append(ls.inOrder, oc)
-	ls.orderMu.Unlock()
-	return oc
+	defer ls.orderMu.Unlock()
+	ls.orderSeq++
+	ls.inOrder = append(ls.inOrder, orderedCall{seq: ls.orderSeq, key: key})
+	return ls.orderSeq
 }
 
-// ordered waits until every call read before oc that works on oc's
-// object has reached its handler. Those calls never wait for oc (only
+// ordered waits until every call read before call seq that works on its
+// object has reached its handler. Those calls never wait for it (only
 // for calls before them), and a handler does not block: the wait is
 // short and cannot close a cycle.
-func (ls *listener) ordered(oc *orderedCall) {
-	if oc == nil || oc.key == keyNone {
-		return
-	}
-	for {
-		var before *orderedCall
-		ls.orderMu.Lock()
-		for _, e := range ls.inOrder {
-			if e == oc {
-				break
-			}
-			if e.key != keyNone && (e.key == oc.key || e.key == keyAll || oc.key == keyAll) {
-				before = e
-				break
-			}
-		}
-		ls.orderMu.Unlock()
-		if before == nil {
-			return
-		}
-		<-before.ready
-	}
-}
-
-// leave marks oc as having reached its handler (or ended before) and
-// drops it from inOrder.
-func (ls *listener) leave(oc *orderedCall) {
-	if oc == nil {
+func (ls *listener) ordered(seq uint64) {
+	if seq == 0 {
 		return
 	}
 	ls.orderMu.Lock()
+	defer ls.orderMu.Unlock()
+	for ls.waitsLocked(seq) {
+		ls.orderWaits++
+		ls.orderCond.Wait()
+		ls.orderWaits--
+	}
+}
+
+// waitsLocked reports whether a call read before call seq works on the
+// same object and has not reached its handler.
+func (ls *listener) waitsLocked(seq uint64) bool {
+	var key uint64
+	for _, e := range ls.inOrder {
+		if e.seq == seq {
+			key = e.key
+			break
+		}
+	}
+	if key == keyNone {
+		return false
+	}
+	for _, e := range ls.inOrder {
+		if e.seq == seq {
+			return false
+		}
+		if e.key != keyNone && (e.key == key || e.key == keyAll || key == keyAll) {
+			return true
+		}
+	}
+	return false
+}
+
+// leave marks call seq as having reached its handler (or ended before)
+// and drops it from inOrder.
+func (ls *listener) leave(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	ls.orderMu.Lock()
+	defer ls.orderMu.Unlock()
 	for i, e := range ls.inOrder {
-		if e == oc {
+		if e.seq == seq {
 			ls.inOrder = append(ls.inOrder[:i], ls.inOrder[i+1:]...)
 			break
 		}
 	}
-	ls.orderMu.Unlock()
-	close(oc.ready)
+	if ls.orderWaits > 0 {
+		ls.orderCond.Broadcast()
+	}
 }
 
 // startReceiver starts a receiver of ls if none is idle to take the turn
@@ -521,8 +540,8 @@ func (g *Gateway) removeListener(ls *listener) {
 }
 
 // dispatch serves notification n of listener ls; oc is its place in the
-// order of calls read, if receivers overlap (ordered).
-func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif, oc *orderedCall) {
+// order of calls read if receivers overlap (ordered), or 0.
+func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif, oc uint64) {
 	sys, verdict := Decode(&n.Data)
 	switch verdict {
 	case Continue:
