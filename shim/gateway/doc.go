@@ -215,7 +215,8 @@ package gateway
 // running the actions events queue (cancelling a sleep, applying
 // SEM_UNDO). Order: actMu, then evMu or an engine lock; an engine lock,
 // then evMu (a Commit checks for signals); evMu, then tmu or Task.mu;
-// tmu, then Task.mu. A listener's orderMu is a leaf; a
+// tmu, then Task.mu. buildMu (one thread identified at a time) comes
+// before evMu and tmu (insert). A listener's orderMu is a leaf; a
 // receiver waits for an earlier call's receiver (ordered) holding no
 // lock, and that one never waits for a later call.
 // Engine callbacks (Commit, Done) run under engine locks and never call

@@ -86,7 +86,7 @@ func init() {
 	// GATEWAY_RECEIVERS bounds the receivers per listener (benchmarks:
 	// 1 is serving with one receiver).
 	if n, err := strconv.Atoi(os.Getenv("GATEWAY_RECEIVERS")); err == nil && n > 0 {
-		maxReceivers = n
+		maxReceivers.Store(int32(n))
 	}
 }
 
@@ -95,9 +95,9 @@ func init() {
 // setting. Call it while no listener is served.
 func SetHandOffAlways(on bool) bool {
 	if on {
-		maxReceivers = 4
+		maxReceivers.Store(4)
 	} else {
-		maxReceivers = min(runtime.NumCPU(), 4)
+		maxReceivers.Store(int32(min(runtime.NumCPU(), 4)))
 	}
 	return handOffAlways.Swap(on)
 }

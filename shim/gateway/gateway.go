@@ -108,6 +108,9 @@ type Gateway struct {
 	// Stats counts signal-related events.
 	Stats Stats
 
+	// buildMu serializes identifying one thread (by tid, sharded).
+	buildMu [64]sync.Mutex
+
 	// tmu guards the tables below.
 	tmu     sync.Mutex
 	tasks   map[int]*Task                  // by tid
@@ -259,7 +262,10 @@ type orderedCall struct {
 
 // maxReceivers bounds the receivers (each a goroutine on its own OS
 // thread) of one listener: more than the CPUs cannot read faster.
-var maxReceivers = min(runtime.NumCPU(), 4)
+// (Atomic: tests change it between runs.)
+var maxReceivers atomic.Int32
+
+func init() { maxReceivers.Store(int32(min(runtime.NumCPU(), 4))) }
 
 // handOffAlways makes every receiver hand the turn on after each read,
 // as if calls always waited: tests use it to make receivers of one
@@ -484,7 +490,7 @@ func (ls *listener) leave(seq uint64) {
 func (g *Gateway) startReceiver(ctx context.Context, ls *listener, wg *sync.WaitGroup) {
 	limit := g.Receivers
 	if limit <= 0 {
-		limit = maxReceivers
+		limit = int(maxReceivers.Load())
 	}
 	if ls.turn.sleepers.Load() > 0 {
 		return

@@ -149,3 +149,36 @@ func TestInterruptedBeforeBound(t *testing.T) {
 		})
 	}
 }
+
+// TestSetxidDifferential runs testdata/setxid.c natively and under the
+// gateway: a thread asleep in semop or msgrcv while another thread of
+// its process calls setgid, which glibc runs in every thread through a
+// signal (SIGSETXID, SA_RESTART). The trapped setgid marks the thread's
+// identity to be read again; the call the signal interrupted must still
+// end with EINTR and leave nothing queued, as natively (the Task used to
+// be dropped with its call and the kernel's report: the restart slept,
+// or the old call stayed counted by GETNCNT). Both modes of receivers.
+func TestSetxidDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/setxid.c")
+	reps := "10"
+	if testing.Short() {
+		reps = "4"
+	}
+	for _, call := range []string{"semop", "msgrcv", "semop/handoff", "msgrcv/handoff"} {
+		t.Run(call, func(t *testing.T) {
+			call, handoff := strings.CutSuffix(call, "/handoff")
+			if handoff {
+				defer gateway.SetHandOffAlways(gateway.SetHandOffAlways(true))
+			}
+			native, err := harness.NativeCommand(bin, call, reps).Output()
+			if err != nil {
+				t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+			}
+			out, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, call, reps)
+			diff(t, native, out)
+			if t.Failed() {
+				logStats(t, g)
+			}
+		})
+	}
+}

@@ -49,9 +49,12 @@ type Task struct {
 	pidfd int
 	key   credKey
 
-	// dead is set when the thread's exit or exec was applied: the Task
-	// no longer names it.
+	// dead is set when the thread's exit or exec was applied, or the
+	// Task was replaced: it no longer names the thread.
 	dead atomic.Bool
+	// rebuild marks an identity to be read again at the thread's next
+	// call (Forget).
+	rebuild atomic.Bool
 
 	// mu guards the call state below and pidfd's lifetime.
 	mu sync.Mutex
@@ -80,7 +83,8 @@ type Task struct {
 // older one is gone (its thread was interrupted and has called again).
 // t.mu is held.
 func (t *Task) staleLocked(ls *listener, id uint64) bool {
-	return t.lastLs == ls && id < t.lastID
+	// Ids count up from a random start and may wrap.
+	return t.lastLs == ls && int64(id-t.lastID) < 0
 }
 
 // credKey is a thread's ids as PIDFD_GET_INFO reports them.
@@ -130,31 +134,55 @@ func (g *Gateway) lookup(tid int) *Task {
 }
 
 // resolve returns the Task of the thread that raised notification id on
-// listener ls, building it on first sight. The caller has applied every
-// event recorded before the notification was received.
+// listener ls, building it on first sight or when its identity may have
+// changed. The caller has applied every event recorded before the
+// notification was received.
 func (g *Gateway) resolve(ls *listener, tid int, id uint64) (*Task, error) {
 	t := g.lookup(tid)
-	if t != nil && (ls.opts.NSFixed || t.sameIPCNS()) && (ls.opts.IDsFixed || t.sameCreds()) {
+	if t != nil && t.current(ls) {
 		return t, nil
 	}
-	if t != nil {
-		g.forget(t)
+	// One build per thread at a time: receivers of a listener may hold
+	// two notifications of one thread (the older one gone).
+	mu := &g.buildMu[tid%len(g.buildMu)]
+	mu.Lock()
+	defer mu.Unlock()
+	if t = g.lookup(tid); t != nil && t.current(ls) {
+		return t, nil // built meanwhile
 	}
-	t, err := g.build(ls, tid)
+	if t != nil {
+		// Its call, if any, is over once the thread calls again (or
+		// this notification is stale): wait for an answer in flight to
+		// be recorded before insert judges it.
+		t.mu.Lock()
+		prev := t.call
+		t.mu.Unlock()
+		if prev != nil {
+			prev.settle()
+		}
+	}
+	nt, err := g.build(ls, tid)
 	if err != nil {
 		return nil, err
 	}
 	// Everything above was read through /proc/<tid>: it described the
 	// notifying task if that task still waits now.
 	if err := ls.l.IDValid(id); err != nil {
-		t.release()
+		nt.release()
 		return nil, ErrTaskGone
 	}
-	got, err := g.insert(t)
-	if got != t {
-		t.release()
+	if err := g.insert(nt, ls, id); err != nil {
+		nt.release()
+		return nil, err
 	}
-	return got, err
+	return nt, nil
+}
+
+// current reports whether the Task's identity can serve a call from ls
+// as it is: not marked for rebuilding, and (where the profile lets them
+// change unseen) the same IPC namespace and ids.
+func (t *Task) current(ls *listener) bool {
+	return !t.rebuild.Load() && (ls.opts.NSFixed || t.sameIPCNS()) && (ls.opts.IDsFixed || t.sameCreds())
 }
 
 // sameIPCNS reports whether the thread is still in the IPC namespace it
@@ -261,48 +289,71 @@ func (g *Gateway) process(tgid int, ns *ipcns.PidNamespace, nrs []int32) *proces
 	return p
 }
 
-// insert publishes t, replacing a Task of the same tid whose thread's
-// exit was applied, and returns the thread's Task: t, or the one another
-// receiver of the listener identified meanwhile (for another notification
-// of the same thread; a tid names one thread while its Task lives), so
-// that a thread's calls and the kernel's reports about it meet on one
-// Task.
-func (g *Gateway) insert(t *Task) (*Task, error) {
+// insert publishes nt, built for notification id of listener ls,
+// replacing the thread's previous Task, if any. What the gateway knows of
+// the thread's calls moves to nt — the interruption the kernel reported,
+// the last signal's registers, the newest call taken up — so that a
+// thread whose identity is read again (setuid, unshare) loses nothing:
+// its previous call, still unanswered, is over (the thread called again)
+// and is treated as restart would treat it. A notification older than one
+// already taken up for the thread is gone: ErrTaskGone.
+func (g *Gateway) insert(nt *Task, ls *listener, id uint64) error {
+	cancel, err := g.insertLocked(nt, ls, id)
+	if cancel != nil {
+		// Not under tmu: a cancel takes an engine lock (doc.go, "Locks").
+		g.Stats.Interrupted.Add(1)
+		cancel.Cancel()
+	}
+	return err
+}
+
+func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, error) {
+	g.evMu.Lock()
+	defer g.evMu.Unlock()
 	g.tmu.Lock()
 	defer g.tmu.Unlock()
-	if g.procs[t.Tgid] != t.proc {
-		// The process's exit was applied while t was being built.
+	if g.procs[nt.Tgid] != nt.proc {
+		// The process's exit was applied while nt was being built.
 		return nil, ErrTaskGone
 	}
-	if old := g.tasks[t.Tid]; old != nil {
+	var cancel canceler
+	if old := g.tasks[nt.Tid]; old != nil {
+		old.mu.Lock()
 		if !old.dead.Load() {
-			return old, nil
+			if old.staleLocked(ls, id) {
+				old.mu.Unlock()
+				return nil, ErrTaskGone
+			}
+			if c := old.call; c != nil {
+				old.call = nil
+				if !c.answered.Load() && !c.gone.Swap(true) {
+					cancel = c.wait
+					if old.intr == nil {
+						old.intr = &interruption{call: c, slept: c.wait != nil}
+					}
+				}
+			}
+			nt.intr, nt.sigSeq, nt.sigRegs = old.intr, old.sigSeq, old.sigRegs
+			nt.lastLs, nt.lastID = old.lastLs, old.lastID
+			old.intr = nil
+			old.dead.Store(true)
 		}
+		old.mu.Unlock()
 		old.proc.threads--
-		defer old.release()
+		g.queue(old.release)
 	}
-	g.tasks[t.Tid] = t
-	t.proc.threads++
-	return t, nil
+	g.tasks[nt.Tid] = nt
+	nt.proc.threads++
+	return cancel, nil
 }
 
-// forget drops t (its identity may have changed: it is rebuilt at the
-// thread's next call).
-func (g *Gateway) forget(t *Task) {
-	g.tmu.Lock()
-	if g.tasks[t.Tid] == t {
-		delete(g.tasks, t.Tid)
-		t.proc.threads--
-	}
-	g.tmu.Unlock()
-	t.release()
-}
-
-// Forget drops the cached identity of thread tid, if any: its next call
-// rebuilds it (the thread may have changed namespace or credentials).
+// Forget marks the cached identity of thread tid, if any, to be read
+// again at its next call (the thread may have changed namespace or
+// credentials). The Task stays in the table until then, so that the
+// kernel's reports about the thread's calls still reach it.
 func (g *Gateway) Forget(tid int) {
 	if t := g.lookup(tid); t != nil {
-		g.forget(t)
+		t.rebuild.Store(true)
 	}
 }
 
