@@ -101,3 +101,11 @@ func SetHandOffAlways(on bool) bool {
 	}
 	return handOffAlways.Swap(on)
 }
+
+// Watched reports whether the kernel's reports about IPC namespace ino
+// are followed.
+func (g *Gateway) Watched(ino uint64) bool {
+	g.tmu.Lock()
+	defer g.tmu.Unlock()
+	return g.watched[ino]
+}

@@ -426,8 +426,11 @@ func (ls *listener) enter(n *seccompnotify.Notif) uint64 {
 
 // ordered waits until every call read before call seq that works on its
 // object has reached its handler. Those calls never wait for it (only
-// for calls before them), and a handler does not block: the wait is
-// short and cannot close a cycle.
+// for calls before them): the wait cannot close a cycle. It is short
+// unless an earlier call's handler waits itself — for its IPC namespace
+// to be made (shim/task: a namespace made inside a container, whose
+// first charge waits for the pod's helper): later calls on that object
+// of the listener then wait with it, as they would behind one receiver.
 func (ls *listener) ordered(seq uint64) {
 	if seq == 0 {
 		return

@@ -394,6 +394,13 @@ func (g *Gateway) Unwatch(ino uint64) {
 		return
 	}
 	delete(g.watched, ino)
+	// A thread still in ino that calls again (the namespace was refused,
+	// and is served later) is identified afresh, which watches it again.
+	for _, t := range g.tasks {
+		if t.IPCNS == ino {
+			t.rebuild.Store(true)
+		}
+	}
 	if !g.ready() {
 		return
 	}
