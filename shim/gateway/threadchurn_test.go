@@ -45,9 +45,17 @@ func TestThreadChurn(t *testing.T) {
 		n = v
 	}
 	const key = 0x7c
-	// A deadline only against a hang: each thread is served in well
-	// under a millisecond even loaded.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*time.Millisecond+time.Minute)
+	// No deadline of the test's own: how long n threads take depends on
+	// the machine's load, not only on the gateway. The deadline this test
+	// had, n ms + 1 min ("each thread is served in well under a
+	// millisecond even loaded"), was passed beside stress-ng and other
+	// builds (load average 23 on 2 CPUs: 20,000 threads took 67 s in one
+	// run and over 80 s in another); the gateway, stopped by the expired
+	// context, closed the listener and the child's next call, its GETALL,
+	// failed with ENOSYS ("GETALL: Function not implemented", then
+	// "child: \"\", EOF"). A hang is caught by go test's -timeout, which
+	// also dumps every goroutine.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	eng := harness.NewEnginesByInode()
 	g, addr, served := startGateway(ctx, t, eng, func(g *gateway.Gateway) {
@@ -142,13 +150,9 @@ func TestThreadChurn(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	select {
-	case err := <-served:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("Serve did not end after the child exited")
+	// Serve ends with the child's exit (a hang: go test's -timeout).
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
 	}
 	inos := eng.Inodes()
 	if len(inos) != 1 {
