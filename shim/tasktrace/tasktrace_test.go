@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,11 +15,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// init keeps the child's main goroutine on the main thread. Go runs
+// package init on the main thread with the main goroutine locked to it;
+// a LockOSThread there stays in force, whereas without it the main
+// goroutine may move to another thread before TestMain's loop. It did,
+// once in ~70 runs of this package: the child's read(2) ran on a second
+// thread while TestSignalAndExitEvents waited forever for
+// /proc/PID/syscall (the main thread's) to show it.
+func init() {
+	if os.Getenv("TASKTRACE_CHILD") != "" {
+		runtime.LockOSThread()
+	}
+}
+
 // The child (TASKTRACE_CHILD set): reads, in a loop, a pipe nobody
 // writes, after printing the pipe's fd. The Go runtime's handler for
 // SIGUSR1 has SA_RESTART.
 func TestMain(m *testing.M) {
 	if os.Getenv("TASKTRACE_CHILD") != "" {
+		// init locked the main goroutine to the main thread: the read
+		// below must be the main thread's (tid == pid), the one
+		// TestSignalAndExitEvents watches in /proc/PID/syscall and signals.
 		var p [2]int
 		if err := unix.Pipe(p[:]); err != nil {
 			os.Exit(2)
