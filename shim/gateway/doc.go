@@ -4,13 +4,15 @@ package gateway
 //
 // Receivers per listener (gateway.go, ServeListener): goroutines locked
 // to their OS threads, one at a time blocked in SECCOMP_IOCTL_NOTIF_RECV
-// (it holds the turn to read). While one thread calls alone, one
-// receiver reads and serves its calls, as cheaply as one can; when a
-// receiver reads a call while another waits to be read (a poll, only
-// when the caller differs from the previous one), it hands the turn on
-// to an idle receiver, or a new one (up to maxReceivers, the CPUs),
-// before it serves its call: the processes of a container are served in
-// parallel. For each notification a receiver
+// (it holds the turn to read). By default there is one: it reads and
+// serves a listener's calls in turn, as cheaply as one can. With
+// Gateway.Receivers > 1, a receiver that reads a call while another waits
+// to be read (a poll, only when the caller differs from the previous one)
+// hands the turn on to an idle receiver, or a new one, before it serves
+// its call: the processes of a container are served in parallel. That
+// pays only where CPUs are free (on 2 vCPUs it was slower: the hand-off's
+// wake-ups cost more than the overlap gains). For each notification a
+// receiver
 //
 //  1. decodes the call (arch.go);
 //  2. applies what the kernel reported since the last call (events.go:

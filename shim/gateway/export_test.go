@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"os"
-	"runtime"
 	"strconv"
 	"time"
 )
@@ -97,7 +96,7 @@ func SetHandOffAlways(on bool) bool {
 	if on {
 		maxReceivers.Store(4)
 	} else {
-		maxReceivers.Store(int32(min(runtime.NumCPU(), 4)))
+		maxReceivers.Store(1)
 	}
 	return handOffAlways.Swap(on)
 }

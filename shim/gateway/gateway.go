@@ -99,9 +99,10 @@ type Gateway struct {
 	SyncWakeUp bool
 	// Defaults are the options of listeners served with Serve.
 	Defaults ListenerOptions
-	// Receivers bounds the receivers of one listener (0: one per CPU, at
-	// most 4; 1: one receiver serves each listener's calls in turn). Set
-	// it before serving.
+	// Receivers bounds the receivers of one listener (0 or 1: one
+	// receiver serves each listener's calls in turn; more lets a
+	// container's processes be served in parallel where CPUs are free,
+	// at most one per CPU is useful). Set it before serving.
 	Receivers int
 	// Logf reports anomalies; nil discards them.
 	Logf func(format string, args ...any)
@@ -261,11 +262,14 @@ type orderedCall struct {
 }
 
 // maxReceivers bounds the receivers (each a goroutine on its own OS
-// thread) of one listener: more than the CPUs cannot read faster.
-// (Atomic: tests change it between runs.)
+// thread) of one listener where Gateway.Receivers does not. One: on the
+// 2-vCPU machines this was measured on, a second receiver made two
+// processes 1.5x slower per call and stress-ng --msg 2.5x slower (the
+// hand-off's wake-ups cost more than the overlap gains when no CPU is
+// free; docs/bench-gateway.md). Atomic: tests change it between runs.
 var maxReceivers atomic.Int32
 
-func init() { maxReceivers.Store(int32(min(runtime.NumCPU(), 4))) }
+func init() { maxReceivers.Store(1) }
 
 // handOffAlways makes every receiver hand the turn on after each read,
 // as if calls always waited: tests use it to make receivers of one
@@ -323,6 +327,7 @@ func (g *Gateway) ServeListener(ctx context.Context, l *seccompnotify.Listener, 
 func (g *Gateway) receive(ctx context.Context, ls *listener, wg *sync.WaitGroup, haveTurn bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	limit := g.receiverLimit()
 	var n seccompnotify.Notif
 	for {
 		if !haveTurn && !ls.turn.take() {
@@ -349,7 +354,7 @@ func (g *Gateway) receive(ctx context.Context, ls *listener, wg *sync.WaitGroup,
 			ls.finish(ctx.Err())
 			return
 		}
-		handOn := ls.shouldHandOn(n.Pid)
+		handOn := limit > 1 && ls.shouldHandOn(n.Pid)
 		var oc uint64
 		if handOn || ls.overlapped {
 			// Put in inOrder before the turn is handed on, so that its
@@ -487,14 +492,19 @@ func (ls *listener) leave(seq uint64) {
 	}
 }
 
+// receiverLimit is the bound on a listener's receivers.
+func (g *Gateway) receiverLimit() int {
+	if g.Receivers > 0 {
+		return g.Receivers
+	}
+	return int(maxReceivers.Load())
+}
+
 // startReceiver starts a receiver of ls if none is idle to take the turn
 // just handed on and fewer than the limit run; otherwise the first
 // receiver to finish its call takes it.
 func (g *Gateway) startReceiver(ctx context.Context, ls *listener, wg *sync.WaitGroup) {
-	limit := g.Receivers
-	if limit <= 0 {
-		limit = int(maxReceivers.Load())
-	}
+	limit := g.receiverLimit()
 	if ls.turn.sleepers.Load() > 0 {
 		return
 	}

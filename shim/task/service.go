@@ -52,7 +52,7 @@ type Service struct {
 
 // ReceiversEnv, in the shim's environment (containerd's), bounds the
 // receivers serving one container process tree's trapped calls
-// (gateway.Gateway.Receivers; default one per CPU, at most 4).
+// (gateway.Gateway.Receivers; default 1: on 2 vCPUs more was slower).
 const ReceiversEnv = "IPC_SHIM_RECEIVERS"
 
 // NewService wraps runc's task service.
