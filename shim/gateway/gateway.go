@@ -646,20 +646,7 @@ func (g *Gateway) restart(r *Request) bool {
 		return true
 	}
 	t.lastLs, t.lastID = r.ls, r.Notif.ID
-	var cancel canceler
-	if c := t.call; c != nil {
-		// A thread makes one call at a time: its previous one is over.
-		// Unanswered, it vanished with no signal taken by this thread (a
-		// stop begun by another thread, a freeze, a wakeup for a signal
-		// another thread took): the kernel restarts it.
-		t.call = nil
-		if !c.answered.Load() && !c.gone.Swap(true) {
-			cancel = c.wait
-			if t.intr == nil {
-				t.intr = &interruption{call: c, slept: c.wait != nil}
-			}
-		}
-	}
+	cancel := t.callOverLocked()
 	taken, fromMap := t.intr, false
 	if taken == nil {
 		taken, fromMap = g.intrs[t.Tid], true

@@ -77,6 +77,29 @@ type Task struct {
 	lastID uint64
 }
 
+// callOverLocked ends the thread's call in the gateway, if any, because
+// the thread called again: a thread makes one call at a time, so it is
+// over. Unanswered, it vanished with no signal taken by this thread (a
+// stop begun by another thread, a freeze, a wakeup for a signal another
+// thread took) and the kernel restarts it: it is marked gone and recorded
+// as interrupted with no handler, unless a report says more. The caller
+// cancels the returned sleep, if any, once it holds no gateway lock.
+// t.mu is held.
+func (t *Task) callOverLocked() canceler {
+	c := t.call
+	if c == nil {
+		return nil
+	}
+	t.call = nil
+	if c.answered.Load() || c.gone.Swap(true) {
+		return nil
+	}
+	if t.intr == nil {
+		t.intr = &interruption{call: c, slept: c.wait != nil}
+	}
+	return c.wait
+}
+
 // stale reports whether notification id of listener ls is older than one
 // the gateway already took up for the thread: the thread makes one call
 // at a time and a filter numbers its notifications in order, so the
@@ -324,15 +347,7 @@ func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, err
 				old.mu.Unlock()
 				return nil, ErrTaskGone
 			}
-			if c := old.call; c != nil {
-				old.call = nil
-				if !c.answered.Load() && !c.gone.Swap(true) {
-					cancel = c.wait
-					if old.intr == nil {
-						old.intr = &interruption{call: c, slept: c.wait != nil}
-					}
-				}
-			}
+			cancel = old.callOverLocked()
 			nt.intr, nt.sigSeq, nt.sigRegs = old.intr, old.sigSeq, old.sigRegs
 			nt.lastLs, nt.lastID = old.lastLs, old.lastID
 			old.intr = nil
