@@ -19,7 +19,9 @@ package gateway
 //     exits, signals taken), so that nothing that happened before the
 //     call was trapped is missed;
 //  3. identifies the thread (task.go): from the cache, or from
-//     /proc/<tid> checked with ID_VALID afterwards;
+//     /proc/<tid> checked with ID_VALID afterwards, under evMu, so that
+//     a thread that left between the reads and the check is not
+//     published after its exit was applied;
 //  4. decides whether the call is the kernel's restart of an interrupted
 //     one (Gateway.restart), and otherwise
 //  5. hands it to the handler (sem.go, msg.go), which calls an engine's

@@ -108,3 +108,13 @@ func (g *Gateway) Watched(ino uint64) bool {
 	defer g.tmu.Unlock()
 	return g.watched[ino]
 }
+
+// SetPublishHook makes f run after a thread's identity was read and before
+// it is published; the returned func removes it.
+func SetPublishHook(f func(tid int)) func() {
+	publishHook.Store(&f)
+	return func() { publishHook.Store(nil) }
+}
+
+// HasTask reports whether the gateway holds a Task for thread tid.
+func (g *Gateway) HasTask(tid int) bool { return g.lookup(tid) != nil }

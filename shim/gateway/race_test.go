@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -185,4 +186,72 @@ func TestSetxidDifferential(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestThreadGoneBeforePublish: a thread's first call is held after its
+// identity was read and before it is published; there the thread takes a
+// signal whose handler ends it (its process lives on), and its exit is
+// applied. The gateway must not publish the dead thread's record: it
+// would hold the thread's pidfd until the process exits and give its
+// identity (process, pid, undo list) to the next thread with its tid.
+func TestThreadGoneBeforePublish(t *testing.T) {
+	bin := buildC(t, "testdata/threadgone.c")
+	var g *gateway.Gateway
+	var gone atomic.Int32 // the thread ended in the hook
+	var stale atomic.Int32
+	var mainSeen atomic.Int32
+	defer gateway.SetPublishHook(func(tid int) {
+		if gone.Load() != 0 {
+			return
+		}
+		tgid, err := tgidOf(tid)
+		if err != nil || tgid == tid {
+			return // the main thread: not the one to end
+		}
+		if unix.Tgkill(tgid, tid, unix.SIGUSR1) != nil {
+			return
+		}
+		// Wait for the thread to be gone, then for its exit to be
+		// applied (a report the ring holds now).
+		for {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", tgid, tid)); os.IsNotExist(err) {
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		g.SyncEvents()
+		gone.Store(int32(tid))
+	})()
+	defer gateway.SetDispatchHook(func(r *gateway.Request) {
+		if tid := int(gone.Load()); tid != 0 && r.Task.Tid == r.Task.Tgid {
+			mainSeen.Add(1)
+			if g.HasTask(tid) {
+				stale.Add(1)
+			}
+		}
+	})()
+	out, _ := serveWith(t, harness.NewEnginesByInode(), func(gw *gateway.Gateway) { g = gw }, bin)
+	if got := strings.TrimSpace(string(out)); got != "main semop: 0" {
+		t.Fatalf("output %q", got)
+	}
+	if gone.Load() == 0 || mainSeen.Load() == 0 {
+		t.Fatalf("the thread was not ended in the window (%d) or the main thread's call not seen (%d)", gone.Load(), mainSeen.Load())
+	}
+	if stale.Load() != 0 {
+		t.Fatal("the record of a thread that exited before it was published stayed in the gateway")
+	}
+}
+
+// tgidOf returns the thread group of thread tid.
+func tgidOf(tid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("no Tgid in /proc/%d/status", tid)
 }

@@ -188,11 +188,8 @@ func (g *Gateway) resolve(ls *listener, tid int, id uint64) (*Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Everything above was read through /proc/<tid>: it described the
-	// notifying task if that task still waits now.
-	if err := ls.l.IDValid(id); err != nil {
-		nt.release()
-		return nil, ErrTaskGone
+	if h := publishHook.Load(); h != nil {
+		(*h)(tid)
 	}
 	if err := g.insert(nt, ls, id); err != nil {
 		nt.release()
@@ -333,6 +330,18 @@ func (g *Gateway) insert(nt *Task, ls *listener, id uint64) error {
 func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, error) {
 	g.evMu.Lock()
 	defer g.evMu.Unlock()
+	// Everything nt holds was read through /proc/<tid>: it described the
+	// notifying task if that task still waits now. Checked under evMu:
+	// a waiting task has not begun to exit (a task leaves seccomp's wait,
+	// removing its notification, before do_exit), so its exit is reported
+	// after this point and applied after nt is published, and finds it.
+	// Checked before taking evMu, a thread that left in between (a
+	// handler that ends the thread) had its exit applied to no Task and
+	// nt stayed published: a dead thread's pidfd held until its process
+	// exits, and its identity given to the next thread with its tid.
+	if err := ls.l.IDValid(id); err != nil {
+		return nil, ErrTaskGone
+	}
 	g.tmu.Lock()
 	defer g.tmu.Unlock()
 	if g.procs[nt.Tgid] != nt.proc {
@@ -361,6 +370,10 @@ func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, err
 	nt.proc.threads++
 	return cancel, nil
 }
+
+// publishHook, if set, runs after a thread's identity was read and
+// before it is published (insert): tests use it to end the thread there.
+var publishHook atomic.Pointer[func(tid int)]
 
 // Forget marks the cached identity of thread tid, if any, to be read
 // again at its next call (the thread may have changed namespace or
