@@ -282,8 +282,9 @@ func (g *Gateway) build(ls *listener, tid int) (*Task, error) {
 	if err != nil {
 		return fail(err)
 	}
-	t.proc = g.process(t.Tgid, pidNS, st.nstgid)
-	t.Caller.Pid = t.proc.pid
+	// The process's handle, unless the process has one already: insert
+	// gives it the record of the process.
+	t.Caller.Pid = ipcns.NewPid(pidNS, st.nstgid...)
 	if tid != t.Tgid && len(st.nspid) == len(st.nstgid) {
 		t.Thread = ipcns.NewPid(pidNS, st.nspid...)
 	}
@@ -291,22 +292,6 @@ func (g *Gateway) build(ls *listener, tid int) (*Task, error) {
 		return fail(err)
 	}
 	return t, nil
-}
-
-// process returns the record of thread group tgid, making it, or giving
-// it its pid handle, on first sight.
-func (g *Gateway) process(tgid int, ns *ipcns.PidNamespace, nrs []int32) *process {
-	g.tmu.Lock()
-	defer g.tmu.Unlock()
-	p := g.procs[tgid]
-	if p == nil {
-		p = &process{tgid: tgid}
-		g.procs[tgid] = p
-	}
-	if p.pid == nil {
-		p.pid = ipcns.NewPid(ns, nrs...)
-	}
-	return p
 }
 
 // insert publishes nt, built for notification id of listener ls,
@@ -344,10 +329,20 @@ func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, err
 	}
 	g.tmu.Lock()
 	defer g.tmu.Unlock()
-	if g.procs[nt.Tgid] != nt.proc {
-		// The process's exit was applied while nt was being built.
-		return nil, ErrTaskGone
+	// The process's record, made here and not while nt was built: the
+	// process is alive now, so its exit, applied later, will drop the
+	// record. Made before the check above, a record of a process whose
+	// exit had been applied meanwhile stayed, and gave its pid handle to
+	// the next process with that tgid.
+	p := g.procs[nt.Tgid]
+	if p == nil {
+		p = &process{tgid: nt.Tgid}
+		g.procs[nt.Tgid] = p
 	}
+	if p.pid == nil {
+		p.pid = nt.Caller.Pid // events named the process before its first call
+	}
+	nt.proc, nt.Caller.Pid = p, p.pid
 	var cancel canceler
 	if old := g.tasks[nt.Tid]; old != nil {
 		old.mu.Lock()
