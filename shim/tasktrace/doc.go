@@ -42,6 +42,22 @@
 // loaded it: a map lookup after three pointer loads, ~100-200 ns, before
 // it returns for tasks that are not watched.
 //
+// # Loading
+//
+// The programs need a few facts from the kernel's BTF: structure offsets
+// and, for each tracepoint, the BTF type id of its btf_trace_<name>
+// typedef (the program's attach target). Parsing the ~5 MB of BTF costs
+// ~30-50 ms of CPU, at the moment a container starts. The first Tracer
+// after boot does it and writes the facts to a file in
+// DefaultCacheDir (cache.go), keyed by the boot id, kernel release, BTF
+// size, the executable's Go build ID and what is asked; the next ones read
+// the file and load the programs themselves (load.go: cilium/ebpf's
+// loader would look the attach target up in the parsed BTF). Every
+// attach is checked: the kernel reports which tracepoint a link is on,
+// and a cached id that names another one is caught, the file removed and
+// the BTF parsed. A file not root's (the effective user's), readable or
+// writable by others, with a bad checksum or for another key is not used.
+//
 // # Reading
 //
 // Events go to one ring buffer per Tracer. Pending is two atomic loads on

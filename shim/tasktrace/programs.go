@@ -43,49 +43,66 @@ const (
 // kernelLayout holds the kernel structure offsets the programs need, read
 // from the running kernel's BTF.
 type kernelLayout struct {
-	taskPid, taskTgid, taskNsproxy uint32
-	nsproxyIPC                     uint32
-	ipcInum                        uint32
+	TaskPid, TaskTgid, TaskNsproxy uint32
+	NsproxyIPC                     uint32
+	IPCInum                        uint32
 	// Offsets of sa_handler and sa_flags in struct k_sigaction.
-	kaHandler, kaFlags uint32
+	KaHandler, KaFlags uint32
 	// Offsets of task_struct.signal and signal_struct.live, for kernels
 	// whose sched_process_exit does not pass group_dead.
-	taskSignal, signalLive uint32
-	// exitHasGroupDead: sched_process_exit(p, group_dead) (Linux 6.12+)
+	TaskSignal, SignalLive uint32
+	// ExitHasGroupDead: sched_process_exit(p, group_dead) (Linux 6.12+)
 	// rather than sched_process_exit(p).
-	exitHasGroupDead bool
+	ExitHasGroupDead bool
 }
+
+// layoutFields are the offsets loadLayout reads: the field path in a
+// struct, and where the answer goes. The cache key (cache.go) hashes the
+// questions, so a build that asks something else never reads another's
+// answers.
+var layoutFields = []struct {
+	typ  string
+	path []string
+	dst  func(*kernelLayout) *uint32
+}{
+	{"task_struct", []string{"pid"}, func(l *kernelLayout) *uint32 { return &l.TaskPid }},
+	{"task_struct", []string{"tgid"}, func(l *kernelLayout) *uint32 { return &l.TaskTgid }},
+	{"task_struct", []string{"nsproxy"}, func(l *kernelLayout) *uint32 { return &l.TaskNsproxy }},
+	{"nsproxy", []string{"ipc_ns"}, func(l *kernelLayout) *uint32 { return &l.NsproxyIPC }},
+	{"ipc_namespace", []string{"ns", "inum"}, func(l *kernelLayout) *uint32 { return &l.IPCInum }},
+	{"k_sigaction", []string{"sa", "sa_handler"}, func(l *kernelLayout) *uint32 { return &l.KaHandler }},
+	{"k_sigaction", []string{"sa", "sa_flags"}, func(l *kernelLayout) *uint32 { return &l.KaFlags }},
+	{"task_struct", []string{"signal"}, func(l *kernelLayout) *uint32 { return &l.TaskSignal }},
+	{"signal_struct", []string{"live"}, func(l *kernelLayout) *uint32 { return &l.SignalLive }},
+}
+
+// Tracepoints the programs attach to (BTF raw tracepoints: the kernel
+// names each one's prototype btf_trace_<name>).
+const (
+	tpDeliver  = "signal_deliver"
+	tpGenerate = "signal_generate"
+	tpExit     = "sched_process_exit"
+	tpExec     = "sched_process_exec"
+)
+
+var tracepoints = []string{tpDeliver, tpGenerate, tpExit, tpExec}
 
 func loadLayout(spec *btf.Spec) (*kernelLayout, error) {
 	var err error
 	var l kernelLayout
-	for _, f := range []struct {
-		dst  *uint32
-		typ  string
-		path []string
-	}{
-		{&l.taskPid, "task_struct", []string{"pid"}},
-		{&l.taskTgid, "task_struct", []string{"tgid"}},
-		{&l.taskNsproxy, "task_struct", []string{"nsproxy"}},
-		{&l.nsproxyIPC, "nsproxy", []string{"ipc_ns"}},
-		{&l.ipcInum, "ipc_namespace", []string{"ns", "inum"}},
-		{&l.kaHandler, "k_sigaction", []string{"sa", "sa_handler"}},
-		{&l.kaFlags, "k_sigaction", []string{"sa", "sa_flags"}},
-		{&l.taskSignal, "task_struct", []string{"signal"}},
-		{&l.signalLive, "signal_struct", []string{"live"}},
-	} {
-		if *f.dst, err = fieldOffset(spec, f.typ, f.path...); err != nil {
+	for _, f := range layoutFields {
+		if *f.dst(&l), err = fieldOffset(spec, f.typ, f.path...); err != nil {
 			return nil, err
 		}
 	}
 	if err := checkRegs(spec); err != nil {
 		return nil, err
 	}
-	n, err := tracepointArgs(spec, "sched_process_exit")
+	n, err := tracepointArgs(spec, tpExit)
 	if err != nil {
 		return nil, err
 	}
-	l.exitHasGroupDead = n >= 2
+	l.ExitHasGroupDead = n >= 2
 	return &l, nil
 }
 
@@ -176,11 +193,11 @@ func member(t btf.Type, name string) (uint32, btf.Type, bool) {
 // watched, return 0.
 func watchedTask(l *kernelLayout, watched *ebpf.Map) asm.Instructions {
 	return asm.Instructions{
-		asm.LoadMem(asm.R1, asm.R7, int16(l.taskNsproxy), asm.DWord),
+		asm.LoadMem(asm.R1, asm.R7, int16(l.TaskNsproxy), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, "exit"),
-		asm.LoadMem(asm.R1, asm.R1, int16(l.nsproxyIPC), asm.DWord),
+		asm.LoadMem(asm.R1, asm.R1, int16(l.NsproxyIPC), asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, "exit"),
-		asm.LoadMem(asm.R1, asm.R1, int16(l.ipcInum), asm.Word),
+		asm.LoadMem(asm.R1, asm.R1, int16(l.IPCInum), asm.Word),
 		asm.StoreMem(asm.RFP, -4, asm.R1, asm.Word),
 		asm.LoadMapPtr(asm.R1, watched.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
@@ -212,9 +229,9 @@ func reserve(l *kernelLayout, ring, lost *ebpf.Map, kind int32) asm.Instructions
 		asm.Ja.Label("exit"),
 		asm.Mov.Reg(asm.R8, asm.R0).WithSymbol("reserved"),
 		asm.StoreImm(asm.R8, offKind, int64(kind), asm.Word),
-		asm.LoadMem(asm.R1, asm.R7, int16(l.taskPid), asm.Word),
+		asm.LoadMem(asm.R1, asm.R7, int16(l.TaskPid), asm.Word),
 		asm.StoreMem(asm.R8, offTid, asm.R1, asm.Word),
-		asm.LoadMem(asm.R1, asm.R7, int16(l.taskTgid), asm.Word),
+		asm.LoadMem(asm.R1, asm.R7, int16(l.TaskTgid), asm.Word),
 		asm.StoreMem(asm.R8, offTgid, asm.R1, asm.Word),
 	}
 	for off := offSig; off < recLen; off += 4 {
@@ -256,9 +273,9 @@ func deliverProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.Progra
 		asm.StoreMem(asm.R8, offSig, asm.R1, asm.Word),
 		asm.LoadMem(asm.R2, asm.R6, 2*8, asm.DWord), // ka
 		asm.JEq.Imm(asm.R2, 0, "noaction"),
-		asm.LoadMem(asm.R1, asm.R2, int16(l.kaHandler), asm.DWord),
+		asm.LoadMem(asm.R1, asm.R2, int16(l.KaHandler), asm.DWord),
 		asm.StoreMem(asm.R8, offA, asm.R1, asm.DWord),
-		asm.LoadMem(asm.R1, asm.R2, int16(l.kaFlags), asm.DWord),
+		asm.LoadMem(asm.R1, asm.R2, int16(l.KaFlags), asm.DWord),
 		asm.StoreMem(asm.R8, offB, asm.R1, asm.DWord),
 		asm.Mov.Reg(asm.R1, asm.R7).WithSymbol("noaction"),
 		asm.FnTaskPtRegs.Call(),
@@ -269,7 +286,7 @@ func deliverProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.Progra
 		asm.FnProbeReadKernel.Call(),
 	)
 	ins = append(ins, submit()...)
-	return rawTracepoint("ipc_sig_deliver", "signal_deliver", ins)
+	return rawTracepoint("ipc_sig_deliver", tpDeliver, ins)
 }
 
 // generateProgram: signal_generate(sig, info, task, group, result), in the
@@ -292,7 +309,7 @@ func generateProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.Progr
 		asm.StoreMem(asm.R8, offA, asm.R1, asm.Word),
 	)
 	ins = append(ins, submit()...)
-	return rawTracepoint("ipc_sig_gen", "signal_generate", ins)
+	return rawTracepoint("ipc_sig_gen", tpGenerate, ins)
 }
 
 // exitProgram: sched_process_exit(p[, group_dead]), at the start of
@@ -306,7 +323,7 @@ func exitProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSp
 	}
 	ins = append(ins, watchedTask(l, watched)...)
 	ins = append(ins, reserve(l, ring, lost, kindExit)...)
-	if l.exitHasGroupDead {
+	if l.ExitHasGroupDead {
 		ins = append(ins,
 			asm.LoadMem(asm.R1, asm.R6, 8, asm.DWord),
 			asm.And.Imm(asm.R1, 0xff),
@@ -314,16 +331,16 @@ func exitProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSp
 		)
 	} else {
 		ins = append(ins,
-			asm.LoadMem(asm.R1, asm.R7, int16(l.taskSignal), asm.DWord),
+			asm.LoadMem(asm.R1, asm.R7, int16(l.TaskSignal), asm.DWord),
 			asm.JEq.Imm(asm.R1, 0, "nosignal"),
-			asm.LoadMem(asm.R1, asm.R1, int16(l.signalLive), asm.Word),
+			asm.LoadMem(asm.R1, asm.R1, int16(l.SignalLive), asm.Word),
 			asm.JNE.Imm(asm.R1, 0, "nosignal"),
 			asm.StoreImm(asm.R8, offA, 1, asm.Word),
 			asm.Mov.Imm(asm.R0, 0).WithSymbol("nosignal"),
 		)
 	}
 	ins = append(ins, submit()...)
-	return rawTracepoint("ipc_exit", "sched_process_exit", ins)
+	return rawTracepoint("ipc_exit", tpExit, ins)
 }
 
 // execProgram: sched_process_exec(p, old_pid, bprm), in the thread that
@@ -341,5 +358,5 @@ func execProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSp
 		asm.StoreMem(asm.R8, offA, asm.R1, asm.Word),
 	)
 	ins = append(ins, submit()...)
-	return rawTracepoint("ipc_exec", "sched_process_exec", ins)
+	return rawTracepoint("ipc_exec", tpExec, ins)
 }

@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
@@ -112,28 +111,97 @@ type Tracer struct {
 	links                 []link.Link
 	ring                  *ring
 	lostMem               []byte // lost's mapped value
+	info                  LoadInfo
 }
 
 // ringSize is the ring's data size: 1 MiB holds ~5,000 records, several
 // seconds of a signal storm while the reader is delayed.
 const ringSize = 1 << 20
 
-// New loads the programs and attaches them. It needs CAP_BPF and
-// CAP_PERFMON (or CAP_SYS_ADMIN) and a kernel with BTF (Linux 5.11+ with
+// DefaultCacheDir is where New keeps what it learned from the kernel's
+// BTF (cache.go): the shim's run directory, root's only, on tmpfs.
+const DefaultCacheDir = "/run/containerd-shim-ipc"
+
+// Options tune NewWithOptions.
+type Options struct {
+	// CacheDir holds the kernel facts (structure offsets, attach targets)
+	// that the first Tracer since boot learned from the kernel's BTF, so
+	// that the next ones need not parse it; "" parses every time.
+	CacheDir string
+}
+
+// LoadInfo says how a Tracer was made.
+type LoadInfo struct {
+	// Cached: the kernel facts came from the cache (no BTF parse).
+	Cached bool
+	// CacheErr is why the cache was not read or written, if it was not
+	// (a missing file, the first time after boot, included).
+	CacheErr error
+	// Duration is New's wall time.
+	Duration time.Duration
+}
+
+// New loads the programs and attaches them, keeping what it learns from
+// the kernel's BTF in DefaultCacheDir. It needs CAP_BPF and CAP_PERFMON
+// (or CAP_SYS_ADMIN) and a kernel with BTF (Linux 5.11+ with
 // CONFIG_DEBUG_INFO_BTF); it only runs on x86_64.
-func New() (*Tracer, error) {
-	// One parse of the kernel's BTF (~5 MB, ~35 ms) serves the layout
-	// and every program's attach target: loaded one by one, each
-	// program would parse it again.
-	cache := btf.NewCache()
-	kspec, err := cache.Kernel()
-	if err != nil {
-		return nil, fmt.Errorf("kernel BTF: %w", err)
+func New() (*Tracer, error) { return NewWithOptions(Options{CacheDir: DefaultCacheDir}) }
+
+// NewWithOptions is New with options.
+//
+// The kernel facts come from o.CacheDir when a file there is for this
+// boot, kernel and build, intact (checksum), root's and no one else's;
+// otherwise, or when the kernel refuses the programs built from them or
+// attaches one to another tracepoint than asked, they come from parsing
+// the kernel's BTF, and the file is written anew.
+func NewWithOptions(o Options) (*Tracer, error) {
+	t0 := time.Now()
+	var info LoadInfo
+	var key cacheKey
+	keyErr := errors.New("no cache directory")
+	if o.CacheDir != "" {
+		key, keyErr = currentKey()
+		info.CacheErr = keyErr
+		if keyErr == nil {
+			facts, err := readCache(o.CacheDir, key)
+			if err == nil {
+				t, err := newTracer(facts)
+				if err == nil {
+					t.info = LoadInfo{Cached: true, Duration: time.Since(t0)}
+					return t, nil
+				}
+				// The kernel contradicted the file: forget it.
+				removeCache(o.CacheDir, key)
+			}
+			info.CacheErr = err
+		}
 	}
-	l, err := loadLayout(kspec)
+	facts, err := parseFacts()
 	if err != nil {
 		return nil, err
 	}
+	t, err := newTracer(facts)
+	if err != nil {
+		return nil, err
+	}
+	if keyErr == nil {
+		if err := writeCache(o.CacheDir, key, facts); err != nil {
+			info.CacheErr = fmt.Errorf("write the kernel facts cache: %w", err)
+		}
+	}
+	info.Duration = time.Since(t0)
+	t.info = info
+	return t, nil
+}
+
+// LoadInfo says how the Tracer was made.
+func (t *Tracer) LoadInfo() LoadInfo { return t.info }
+
+// newTracer makes the maps, loads the programs with the kernel facts f
+// and attaches them, checking that the kernel attached each where asked.
+func newTracer(f *kernelFacts) (*Tracer, error) {
+	var err error
+	l := &f.Layout
 	t := &Tracer{}
 	fail := func(err error) (*Tracer, error) {
 		t.Close()
@@ -161,26 +229,30 @@ func New() (*Tracer, error) {
 		exitProgram(l, t.watched, t.events, t.lost),
 		execProgram(l, t.watched, t.events, t.lost),
 	}
-	cs := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
 	for _, spec := range specs {
-		cs.Programs[spec.Name] = spec
-	}
-	coll, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{Cache: cache})
-	if err != nil {
-		return fail(fmt.Errorf("load programs: %w", err))
-	}
-	defer coll.Close() // programs taken out below are not closed by it
-	for _, spec := range specs {
-		p := coll.DetachProgram(spec.Name)
-		if p == nil {
-			return fail(fmt.Errorf("load %s: not in the collection", spec.Name))
+		p, err := loadRawTracepoint(spec, f.Attach[spec.AttachTo])
+		if err != nil {
+			return fail(err)
 		}
 		t.progs = append(t.progs, p)
-		lk, err := link.AttachTracing(link.TracingOptions{Program: p})
+		lk, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
 			return fail(fmt.Errorf("attach %s to %s: %w", spec.Name, spec.AttachTo, err))
 		}
 		t.links = append(t.links, lk)
+		// The kernel attaches a tp_btf program to the tracepoint that
+		// its attach id's typedef names: confirm it is the one meant.
+		li, err := lk.Info()
+		if err != nil {
+			return fail(fmt.Errorf("attach %s to %s: link info: %w", spec.Name, spec.AttachTo, err))
+		}
+		if rt := li.RawTracepoint(); rt == nil || rt.Name != spec.AttachTo {
+			got := "?"
+			if rt != nil {
+				got = rt.Name
+			}
+			return fail(fmt.Errorf("attach %s to %s: %w (%s)", spec.Name, spec.AttachTo, errWrongTracepoint, got))
+		}
 	}
 	return t, nil
 }
