@@ -191,6 +191,16 @@ func (g *Gateway) Ready(ctx context.Context) error {
 	}
 }
 
+// TracerLoad says how the kernel's task events were set up (whether the
+// kernel's BTF was parsed or its facts cached, how long it took), once
+// Ready would return nil; ok is false before, or if they could not be.
+func (g *Gateway) TracerLoad() (info tasktrace.LoadInfo, ok bool) {
+	if !g.ready() {
+		return info, false
+	}
+	return g.tr.LoadInfo(), true
+}
+
 // ready reports whether the tracer is loaded (see Ready).
 func (g *Gateway) ready() bool {
 	select {

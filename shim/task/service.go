@@ -91,8 +91,34 @@ func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		}
 		return nil
 	})
+	sd.RegisterCallback(func(context.Context) error {
+		s.logExit()
+		return nil
+	})
 	s.startControl(sd)
 	return s, nil
+}
+
+// logExit logs, as the shim shuts down, the CPU time it used (the runc
+// commands it ran are its children and not counted) and how it set up the
+// kernel's task events: what one container start costs the host beyond
+// runc's shim (docs/bench-shim.md, scripts/bench-start.sh).
+func (s *Service) logExit() {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return
+	}
+	tv := func(t unix.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	events := "not loaded"
+	if li, ok := s.gw.TracerLoad(); ok {
+		how := "kernel BTF parsed"
+		if li.Cached {
+			how = "kernel facts cached"
+		}
+		events = fmt.Sprintf("loaded in %v, %s", li.Duration.Round(time.Microsecond), how)
+	}
+	log.G(s.ctx).Infof("shim exits: CPU time %v (user %v, system %v), max RSS %d KiB; kernel task events %s",
+		tv(ru.Utime)+tv(ru.Stime), tv(ru.Utime), tv(ru.Stime), ru.Maxrss, events)
 }
 
 // RegisterTTRPC registers the service (shim.TTRPCService).
@@ -267,7 +293,10 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		if err := s.gw.Ready(ctx); err != nil {
 			return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w", err))
 		}
-		log.G(ctx).WithField("container", r.ID).Debugf("kernel task events ready after a wait of %v", time.Since(t))
+		lg := log.G(ctx).WithField("container", r.ID)
+		if li, ok := s.gw.TracerLoad(); ok {
+			lg.Debugf("kernel task events ready after a wait of %v (loaded in %v, facts cached: %v, cache: %v)", time.Since(t), li.Duration, li.Cached, li.CacheErr)
+		}
 	}
 	return s.TTRPCTaskService.Start(ctx, r)
 }
