@@ -33,9 +33,13 @@ deps:
 
 # The shim binary containerd runs for runtime type io.containerd.ipc.v2;
 # `containerd-shim-ipc-v2 -v` prints SHIM_VERSION and the containerd it links.
+# Static (CGO_ENABLED=0), as deploy/Dockerfile builds it and as containerd's
+# runc shim is: containerd runs the binary three times per container (start,
+# the daemon, delete), and the dynamic loader and cgo's start-up cost each
+# ~7 ms of CPU (docs/bench-shim.md).
 SHIM_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 shim:
-	$(GO) build -ldflags "-X main.version=$(SHIM_VERSION)" -o build/bin/containerd-shim-ipc-v2 ./cmd/containerd-shim-ipc-v2
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(SHIM_VERSION)" -o build/bin/containerd-shim-ipc-v2 ./cmd/containerd-shim-ipc-v2
 
 # The host tool: pods' IPC objects, waiters, undo entries, metrics.
 ipcctl:
