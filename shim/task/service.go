@@ -220,6 +220,7 @@ func refuse(err error) error {
 // container.
 func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
 	lg := log.G(ctx).WithField("container", r.ID)
+	t0 := time.Now()
 	opts, err := RuncOptions(r.Options)
 	if err != nil {
 		return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w: %w", err, errdefs.ErrInvalidArgument))
@@ -260,6 +261,7 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 			return s.TTRPCTaskService.Create(ctx, r)
 		}
 	}
+	tp := time.Now()
 	if plan.Trapped {
 		if err := s.listen(); err != nil {
 			return nil, refuse(fmt.Errorf("open the seccomp listener socket %s: %w", s.sock, err))
@@ -272,13 +274,16 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	} else {
 		lg.Info("host IPC namespace or no IPC call allowed by the profile: System V IPC calls go to the kernel")
 	}
+	t1 := time.Now()
 	resp, err := s.TTRPCTaskService.Create(ctx, r)
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
 	}
+	t2 := time.Now()
 	if err == nil && plan.Trapped && view.Wanted(sp) {
 		s.attachView(ctx, r.ID, int(resp.Pid))
 	}
+	lg.Debugf("create: spec read and patched %v, listener and spec written %v, runc create %v, view %v", tp.Sub(t0), t1.Sub(tp), t2.Sub(t1), time.Since(t2))
 	return resp, err
 }
 
