@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -117,8 +118,10 @@ func (s *Service) logExit() {
 		}
 		events = fmt.Sprintf("loaded in %v, %s", li.Duration.Round(time.Microsecond), how)
 	}
-	log.G(s.ctx).Infof("shim exits: CPU time %v (user %v, system %v), max RSS %d KiB; kernel task events %s",
-		tv(ru.Utime)+tv(ru.Stime), tv(ru.Utime), tv(ru.Stime), ru.Maxrss, events)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	log.G(s.ctx).Infof("shim exits: CPU time %v (user %v, system %v), max RSS %d KiB, %d GCs, %d KiB allocated; kernel task events %s",
+		tv(ru.Utime)+tv(ru.Stime), tv(ru.Utime), tv(ru.Stime), ru.Maxrss, ms.NumGC, ms.TotalAlloc>>10, events)
 }
 
 // RegisterTTRPC registers the service (shim.TTRPCService).
