@@ -373,3 +373,22 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestWrongOffsetRefused: an nsproxy offset that does not land on a
+// pointer field leaves the verifier a scalar, which the programs then
+// dereference: the kernel refuses them (docs/bench-shim.md relies on this
+// for part of the cache's safety).
+func TestWrongOffsetRefused(t *testing.T) {
+	needBPF(t)
+	f, err := parseFacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Layout.TaskNsproxy += 4
+	if tr, err := newTracer(f); err == nil {
+		tr.Close()
+		t.Fatal("programs with task_struct.nsproxy 4 bytes off were loaded")
+	} else {
+		t.Logf("refused: %v", err)
+	}
+}
