@@ -47,6 +47,10 @@ type Service struct {
 
 	mu  sync.Mutex
 	srv *listener.Server // listening once the first trapped container is created
+	// viewing holds, by container id, a channel closed once its view is
+	// attached (or failed to be): Create returns before, Start and Delete
+	// wait for it.
+	viewing map[string]chan struct{}
 
 	ctl *controlState // the control endpoint: ipcctl and metrics (control.go)
 }
@@ -282,12 +286,41 @@ func (s *Service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*ta
 	if err != nil && plan.Trapped {
 		s.ns.Remove(r.ID)
 	}
-	t2 := time.Now()
 	if err == nil && plan.Trapped && view.Wanted(sp) {
-		s.attachView(ctx, r.ID, int(resp.Pid))
+		// The view is mounted while containerd answers ctr and ctr asks
+		// for Start, which waits for it (viewAttached): the container's
+		// code runs only after, as when Create mounted it itself.
+		done := make(chan struct{})
+		s.mu.Lock()
+		if s.viewing == nil {
+			s.viewing = map[string]chan struct{}{}
+		}
+		s.viewing[r.ID] = done
+		s.mu.Unlock()
+		go func() {
+			defer close(done)
+			s.attachView(s.ctx, r.ID, int(resp.Pid))
+		}()
 	}
-	lg.Debugf("create: spec read and patched %v, listener and spec written %v, runc create %v, view %v", tp.Sub(t0), t1.Sub(tp), t2.Sub(t1), time.Since(t2))
+	lg.Debugf("create: spec read and patched %v, listener and spec written %v, runc create %v", tp.Sub(t0), t1.Sub(tp), time.Since(t1))
 	return resp, err
+}
+
+// viewAttached waits until the view of container id, if Create began to
+// mount one, is mounted or has failed to be.
+func (s *Service) viewAttached(ctx context.Context, id string) error {
+	s.mu.Lock()
+	done := s.viewing[id]
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Start starts a created container, or an exec'd process, once the
@@ -304,6 +337,13 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		lg := log.G(ctx).WithField("container", r.ID)
 		if li, ok := s.gw.TracerLoad(); ok {
 			lg.Debugf("kernel task events ready after a wait of %v (loaded in %v, facts cached: %v, cache: %v)", time.Since(t), li.Duration, li.Cached, li.CacheErr)
+		}
+		if r.ExecID == "" {
+			t = time.Now()
+			if err := s.viewAttached(ctx, r.ID); err != nil {
+				return nil, errgrpc.ToGRPC(fmt.Errorf("io.containerd.ipc.v2: %w", err))
+			}
+			lg.Debugf("/proc/sysvipc view ready after a wait of %v", time.Since(t))
 		}
 	}
 	return s.TTRPCTaskService.Start(ctx, r)
@@ -369,6 +409,12 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	}
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
+		// A view still being mounted (a container deleted unstarted)
+		// is detached once it is.
+		s.viewAttached(context.Background(), r.ID)
+		s.mu.Lock()
+		delete(s.viewing, r.ID)
+		s.mu.Unlock()
 		s.view.Detach(r.ID)
 		s.ns.Remove(r.ID)
 	}

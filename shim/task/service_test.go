@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/errdefs"
@@ -158,5 +159,32 @@ func TestCreateRefused(t *testing.T) {
 	}
 	if len(f.created) != 0 || len(s.ns.ctrs) != 0 {
 		t.Fatal("a refused container reached runc or was recorded")
+	}
+}
+
+// TestViewAttachedWaits: Start and Delete wait for a view that Create left
+// being mounted, and only for that.
+func TestViewAttachedWaits(t *testing.T) {
+	s, _ := newTestService(t)
+	if err := s.viewAttached(context.Background(), "none"); err != nil {
+		t.Fatalf("no view pending: %v", err)
+	}
+	done := make(chan struct{})
+	s.viewing = map[string]chan struct{}{"c": done}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := s.viewAttached(ctx, "c"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("view pending: %v, want to wait until the deadline", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- s.viewAttached(context.Background(), "c") }()
+	select {
+	case err := <-got:
+		t.Fatalf("returned %v before the view was attached", err)
+	case <-time.After(10 * time.Millisecond):
+	}
+	close(done)
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }
