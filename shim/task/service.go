@@ -62,6 +62,7 @@ const ReceiversEnv = "IPC_SHIM_RECEIVERS"
 
 // NewService wraps runc's task service.
 func NewService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (*Service, error) {
+	go warmSpecJSON() // before Create's spec.Load needs it
 	inner, err := runctask.NewTaskService(ctx, publisher, sd)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,5 +187,19 @@ func TestViewAttachedWaits(t *testing.T) {
 	close(done)
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWarmSpecParses: the warm-up spec is valid (a typo would make the
+// warm-up silently do half its work).
+func TestWarmSpecParses(t *testing.T) {
+	var s specs.Spec
+	d := json.NewDecoder(strings.NewReader(warmSpec))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Linux == nil || s.Linux.Seccomp == nil || len(s.Linux.Seccomp.Syscalls) == 0 || s.Process == nil || s.Linux.Resources == nil {
+		t.Fatalf("warm-up spec lacks parts: %+v", s)
 	}
 }
