@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
@@ -297,8 +299,54 @@ func writeCache(dir string, k cacheKey, f *kernelFacts) error {
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
+		return err
 	}
-	return err
+	pruneCache(dir, cachePath(dir, k))
+	return nil
+}
+
+// maxCacheFiles bounds the cache files kept in a directory: one per build
+// of the shim (or of a test binary) that ran since boot. A host runs one
+// or two builds; a developer's machine many.
+const maxCacheFiles = 8
+
+// pruneCache removes all but the maxCacheFiles newest cache files in dir
+// (never keep, the one just written), and temporary files that a writer
+// that died left more than a minute ago. A build whose file was removed
+// parses the BTF once more.
+func pruneCache(dir, keep string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	type file struct {
+		path string
+		mod  time.Time
+	}
+	var files []file
+	for _, e := range ents {
+		name := e.Name()
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, ".tasktrace-") && strings.HasSuffix(name, ".tmp"):
+			if time.Since(info.ModTime()) > time.Minute {
+				os.Remove(p)
+			}
+		case strings.HasPrefix(name, "tasktrace-") && strings.HasSuffix(name, ".json") && p != keep:
+			files = append(files, file{p, info.ModTime()})
+		}
+	}
+	if len(files) < maxCacheFiles {
+		return
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].mod.After(files[j].mod) })
+	for _, f := range files[maxCacheFiles-1:] {
+		os.Remove(f.path)
+	}
 }
 
 // removeCache removes the file for key k in dir (facts that the kernel

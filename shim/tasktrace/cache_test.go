@@ -2,6 +2,7 @@ package tasktrace
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -390,5 +391,61 @@ func TestWrongOffsetRefused(t *testing.T) {
 		t.Fatal("programs with task_struct.nsproxy 4 bytes off were loaded")
 	} else {
 		t.Logf("refused: %v", err)
+	}
+}
+
+// TestCachePrune: writing a file leaves at most maxCacheFiles cache files
+// (the newest, and always the one written) and removes old temporaries.
+func TestCachePrune(t *testing.T) {
+	dir := cacheDir(t)
+	old := time.Now().Add(-time.Hour)
+	for i := 0; i < maxCacheFiles+3; i++ {
+		k := testKey()
+		k.Build = fmt.Sprintf("go:%d", i)
+		if err := writeCache(dir, k, testFacts()); err != nil {
+			t.Fatal(err)
+		}
+		// Older builds' files are older.
+		mt := old.Add(time.Duration(i) * time.Minute)
+		os.Chtimes(cachePath(dir, k), mt, mt)
+	}
+	stale := filepath.Join(dir, ".tasktrace-1.tmp")
+	fresh := filepath.Join(dir, ".tasktrace-2.tmp")
+	os.WriteFile(stale, nil, 0o600)
+	os.Chtimes(stale, old, old)
+	os.WriteFile(fresh, nil, 0o600)
+	k := testKey()
+	k.Build = "go:last"
+	if err := writeCache(dir, k, testFacts()); err != nil {
+		t.Fatal(err)
+	}
+	var json []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".json") {
+			json = append(json, e.Name())
+		}
+	}
+	if len(json) != maxCacheFiles {
+		t.Errorf("%d cache files after pruning, want %d", len(json), maxCacheFiles)
+	}
+	if _, err := readCache(dir, k); err != nil {
+		t.Errorf("the file just written: %v", err)
+	}
+	newest := testKey()
+	newest.Build = fmt.Sprintf("go:%d", maxCacheFiles+2)
+	if _, err := readCache(dir, newest); err != nil {
+		t.Errorf("the newest other file: %v", err)
+	}
+	oldest := testKey()
+	oldest.Build = "go:0"
+	if _, err := readCache(dir, oldest); err == nil {
+		t.Error("the oldest file was kept")
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("a temporary file an hour old was kept")
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Error("a fresh temporary file (a writer at work) was removed")
 	}
 }
