@@ -57,6 +57,7 @@
 // and a cached id that names another one is caught, the file removed and
 // the BTF parsed. A file not root's (the effective user's), readable or
 // writable by others, with a bad checksum or for another key is not used.
+// A write keeps the eight newest files of the directory.
 //
 // # Reading
 //
