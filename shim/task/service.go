@@ -411,8 +411,10 @@ func (s *Service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	resp, err := s.TTRPCTaskService.Delete(ctx, r)
 	if err == nil && r.ExecID == "" {
 		// A view still being mounted (a container deleted unstarted)
-		// is detached once it is.
-		s.viewAttached(context.Background(), r.ID)
+		// is detached once it is, or as far as it got when Delete's
+		// caller gives up (a mount that outlives its container's mount
+		// namespace stops with it).
+		s.viewAttached(ctx, r.ID)
 		s.mu.Lock()
 		delete(s.viewing, r.ID)
 		s.mu.Unlock()
