@@ -219,8 +219,40 @@ func (o opts) runArgs(e *env, id string) []string {
 func (e *env) run(t *testing.T, id, script string, o opts) string {
 	t.Helper()
 	args := o.runArgs(e, id)
-	args = append([]string{args[0], "--rm"}, args[1:]...)
-	return e.ctrOK(t, append(args, "/bin/sh", "-c", script)...)
+	return e.ctrLogged(t, args[:1], append(append([]string{"--rm"}, args[1:]...), "/bin/sh", "-c", script), nil)
+}
+
+var logSeq int
+
+// ctrLogged is ctrOK for a ctr command that runs a process and waits for
+// it (sub is "run" with --rm, or "task", "exec"): the process's stdout and
+// stderr go to a file the shim writes (--log-uri file://), read once the
+// shim has deleted the process (done, if not nil, makes sure it has) and so
+// has copied all of it; ctr's own output follows.
+//
+// Not through ctr's FIFOs: containerd v2.3.7's client closes its FIFO
+// readers (cio.Cancel, which closes them since containerd#8334) whether or
+// not they have read what the shim copied in last: `ctr task exec` in its
+// deferred process.Delete, right after the shim's delete returns
+// (containerd#13931 drains first, after v2.3.7), `ctr run` in task.Delete
+// before the shim's. On a loaded host the output came back cut or empty:
+// an exec's 2 MB, read slowly, lost its last 33,920 or 58,496 bytes 4
+// times in 5.
+func (e *env) ctrLogged(t *testing.T, sub, rest []string, done func()) string {
+	t.Helper()
+	logSeq++
+	f := filepath.Join(e.dir, "io", fmt.Sprintf("%d.log", logSeq))
+	args := append(append(sub[:len(sub):len(sub)], "--log-uri", "file://"+f), rest...)
+	out := e.ctrOK(t, args...)
+	if done != nil {
+		done()
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatalf("ctr %s: the process's output: %v", strings.Join(args, " "), err)
+	}
+	os.Remove(f)
+	return string(b) + out
 }
 
 // start starts a container whose init sleeps, and registers its removal.
@@ -270,11 +302,26 @@ func (e *env) stop(t *testing.T, id string) {
 
 var execSeq int
 
-// exec runs sh -c script as a process of container id.
+// exec runs sh -c script as a process of container id and returns its
+// output (ctrLogged).
 func (e *env) exec(t *testing.T, id, script string) string {
 	t.Helper()
 	execSeq++
-	return e.ctrOK(t, "task", "exec", "--exec-id", fmt.Sprintf("x%d", execSeq), id, "/bin/sh", "-c", script)
+	xid := fmt.Sprintf("x%d", execSeq)
+	return e.ctrLogged(t, []string{"task", "exec"}, []string{"--exec-id", xid, id, "/bin/sh", "-c", script}, func() {
+		e.execDeleted(t, id, xid)
+	})
+}
+
+// execDeleted makes sure exec xid of container id is deleted, so that the
+// shim has written all its output: ctr exec deletes it, but ignores an
+// error (its state query has a 2 s deadline in containerd).
+func (e *env) execDeleted(t *testing.T, id, xid string) {
+	t.Helper()
+	out, err := e.ctrCmd(60*time.Second, "task", "delete", "--exec-id", xid, id)
+	if err != nil && !strings.Contains(out, "not found") {
+		t.Fatalf("ctr task delete --exec-id %s %s: %v\n%s", xid, id, err, out)
+	}
 }
 
 // execDetached starts sh -c script as a process of container id, without

@@ -259,7 +259,7 @@ ipct msgsnd 0x10 1 0123456789abcdef; ipct msgsnd 0x10 1 0123456789abcdefg; true`
 	if err := os.WriteFile(dump, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := e.ctrOK(t, "run", "--rm", "--config", dump, "--runtime", runtimeIPC, id)
+	out := e.ctrLogged(t, []string{"run"}, []string{"--rm", "--config", dump, "--runtime", runtimeIPC, id}, nil)
 	// semmsl 5, semmni 2; msgmni 3: the fourth queue is refused; msgmax 16.
 	want(t, out, `^5\s+40\s+8\s+2\nERR EINVAL\n0\n1\nERR ENOSPC\n1\n2\nERR ENOSPC\nok\nERR EINVAL\n$`)
 	want(t, e.log(t), `IPC namespace \d+: new engine namespace for container `+id+`, limits sem=5 40 8 2 msgmax=16 msgmnb=16384 msgmni=3`)

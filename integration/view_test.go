@@ -41,10 +41,9 @@ func (e *env) runDebian(t *testing.T, rt, rootfs, script string, extra ...string
 	o := opts{runtime: rt, path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", rootfs: rootfs,
 		extra: append([]string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}, extra...)}
 	args := o.runArgs(e, uniq(t, "view"))
-	args = append([]string{args[0], "--rm"}, args[1:]...)
-	// One stream: ctr copies stdout and stderr separately, in no fixed
-	// order.
-	return e.ctrOK(t, append(args, "/bin/sh", "-c", "exec 2>&1\n"+script)...)
+	// One stream: the shim copies stdout and stderr separately, in no
+	// fixed order.
+	return e.ctrLogged(t, args[:1], append(append([]string{"--rm"}, args[1:]...), "/bin/sh", "-c", "exec 2>&1\n"+script), nil)
 }
 
 // bothRuntimes runs script under runc's shim and this one and returns the
