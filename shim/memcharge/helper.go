@@ -91,15 +91,22 @@ func startHelper(memfd int, host Host) (*helper, error) {
 
 // helperTimeout bounds a round trip: reclaim and an OOM kill in the pod
 // take milliseconds; a helper that takes longer is stuck (its cgroup
-// frozen) and is treated as dead.
+// frozen) and is replaced once (errHelperStuck), then charges go unbacked
+// for retryAfter.
 var helperTimeout = 5 * time.Second
 
 // errDiedAllocating: the helper ended between a request and its answer.
 var errDiedAllocating = errors.New("memcharge helper ended while allocating")
 
+// errHelperStuck: the helper did not answer within helperTimeout. It is
+// not a death: a helper that is frozen, or slow to start on a loaded
+// machine, says nothing about the pod's memory.
+var errHelperStuck = errors.New("memcharge helper did not answer")
+
 // allocate has the helper allocate length bytes of the ballast from off.
 // It returns the helper's errno (unix.ENOMEM: the pod's cgroup is full),
-// or another error if the helper is gone.
+// errDiedAllocating if the helper is gone, errHelperStuck if it did not
+// answer in time, or another error.
 func (h *helper) allocate(off, length int64) error {
 	var req [16]byte
 	binary.LittleEndian.PutUint64(req[0:], uint64(off))
@@ -112,6 +119,9 @@ func (h *helper) allocate(off, length int64) error {
 	}
 	var resp [4]byte
 	if n, err := h.conn.Read(resp[:]); err != nil || n != 4 {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w within %v", errHelperStuck, helperTimeout)
+		}
 		// It died allocating: with no -1000 score (no CAP_SYS_RESOURCE)
 		// the pod's OOM killer can take it when nothing bigger is left.
 		return fmt.Errorf("%w (%d bytes, %v)", errDiedAllocating, n, err)

@@ -155,6 +155,9 @@ func (b *Ballast) growLocked(size int64) error {
 		if errors.Is(err, errDiedAllocating) {
 			return ipcns.ErrNoMemory
 		}
+		// Stuck twice (errHelperStuck: a frozen cgroup, or a machine
+		// too loaded to start a helper in time) or another failure:
+		// nothing says the pod is out of memory.
 		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
 		b.unbackedUntil = time.Now().Add(retryAfter)
 		return nil

@@ -243,6 +243,34 @@ func TestHelperStuck(t *testing.T) {
 	}
 }
 
+// Helpers that never answer (here a process that only sleeps, as one in
+// a frozen cgroup would) are not taken for the pod's OOM killer's last
+// choice: the charge is counted, not refused, and not backed for
+// retryAfter.
+func TestHelperNeverAnswers(t *testing.T) {
+	dir, _ := testCgroup(t, 256<<20)
+	script := filepath.Join(t.TempDir(), "silent-helper")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec /bin/sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	oldExe, oldTimeout := exe, helperTimeout
+	exe = func() string { return script }
+	// The helpers never answer whatever the timeout: it only bounds the
+	// test's duration.
+	helperTimeout = 100 * time.Millisecond
+	defer func() { exe, helperTimeout = oldExe, oldTimeout }()
+	b := newBallast(t, dir)
+	if err := b.Charge(Granule); err != nil {
+		t.Fatalf("charge with helpers that never answer: %v", err)
+	}
+	if b.Backed() {
+		t.Fatal("charges reported backed with no helper answering")
+	}
+	if charged, _ := b.Usage(); charged != Granule {
+		t.Fatalf("charged %d, want %d", charged, Granule)
+	}
+}
+
 // A helper that cannot start leaves charges counted, not backed, for
 // retryAfter only: a later growth starts one and backs everything.
 func TestUnbackedRetries(t *testing.T) {
