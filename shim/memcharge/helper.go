@@ -26,7 +26,8 @@ const helperEnv = "CONTAINERD_SHIM_IPC_MEMCHARGE_HELPER"
 type helper struct {
 	container string
 	cmd       *exec.Cmd
-	conn      *os.File // the shim's end of a SOCK_SEQPACKET pair
+	conn      *os.File      // the shim's end of a SOCK_SEQPACKET pair
+	timeout   time.Duration // a round trip's limit: helperTimeout at its start
 }
 
 // startHelper starts a helper with memfd, puts it in the cgroup host
@@ -73,7 +74,7 @@ func startHelper(memfd int, host Host) (*helper, error) {
 		mine.Close()
 		return nil, fmt.Errorf("start %s %s: %w", cmd.Path, HelperArg, err)
 	}
-	h := &helper{container: container, cmd: cmd, conn: mine}
+	h := &helper{container: container, cmd: cmd, conn: mine, timeout: helperTimeout}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	// Without CAP_SYS_RESOURCE the helper keeps the shim's score (which
 	// containerd sets for its shims); its few pages of its own make it
@@ -111,7 +112,7 @@ func (h *helper) allocate(off, length int64) error {
 	var req [16]byte
 	binary.LittleEndian.PutUint64(req[0:], uint64(off))
 	binary.LittleEndian.PutUint64(req[8:], uint64(length))
-	if err := h.conn.SetDeadline(time.Now().Add(helperTimeout)); err != nil {
+	if err := h.conn.SetDeadline(time.Now().Add(h.timeout)); err != nil {
 		return fmt.Errorf("memcharge helper: %w", err)
 	}
 	if _, err := h.conn.Write(req[:]); err != nil {
@@ -120,7 +121,7 @@ func (h *helper) allocate(off, length int64) error {
 	var resp [4]byte
 	if n, err := h.conn.Read(resp[:]); err != nil || n != 4 {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fmt.Errorf("%w within %v", errHelperStuck, helperTimeout)
+			return fmt.Errorf("%w within %v", errHelperStuck, h.timeout)
 		}
 		// It died allocating: with no -1000 score (no CAP_SYS_RESOURCE)
 		// the pod's OOM killer can take it when nothing bigger is left.

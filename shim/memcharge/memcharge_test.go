@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 )
 
@@ -216,21 +218,34 @@ func TestMemoryCgroupParse(t *testing.T) {
 }
 
 // A helper that does not answer (its cgroup frozen; here stopped) is
-// given up after helperTimeout and replaced; the charge goes through.
+// given up after its timeout and replaced; the charge goes through.
 func TestHelperStuck(t *testing.T) {
 	dir, _ := testCgroup(t, 256<<20)
 	b := newBallast(t, dir)
-	old := helperTimeout
-	helperTimeout = 200 * time.Millisecond
-	defer func() { helperTimeout = old }()
 	if err := b.Charge(Granule); err != nil {
 		t.Fatal(err)
 	}
+	// Only the helper about to be stopped gets a short timeout: its
+	// replacement has helperTimeout to start and answer, as in the shim.
 	b.mu.Lock()
+	b.helper.timeout = 200 * time.Millisecond
 	stuck := b.helper.cmd.Process
 	b.mu.Unlock()
 	if err := stuck.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	// SIGSTOP only queues the stop: a thread of the helper that has not
+	// taken it yet could still answer. Wait until all of them stopped
+	// (the group stop is complete).
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, stuck.Pid, &info, unix.WSTOPPED, nil)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			t.Fatalf("wait for the helper to stop: %v", err)
+		}
 	}
 	if err := b.Charge(4 << 20); err != nil {
 		t.Fatalf("charge with a stuck helper: %v", err)
