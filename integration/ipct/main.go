@@ -72,6 +72,14 @@ func semget(key int64, nsems int, flg int) (int, error) {
 // with Syscall6 the Go runtime hands the thread's P to another thread
 // during any call longer than ~20 µs, a trapped call included, and takes
 // it back after, which would be charged to the shim.
+//
+// Called through this variable, not directly, the compiler does not keep
+// alive what a pointer converted to uintptr in the arguments points to
+// (unsafe.Pointer's rule 4 covers direct calls of syscall functions
+// only): every caller keeps its buffer alive itself (runtime.KeepAlive)
+// until the call returns. A trapped call is read by the shim while the
+// caller waits; a garbage collection in that time freed msgsnd's buffer,
+// and the shim read mtype 0 and answered EINVAL.
 var sys6 = unix.Syscall6
 
 func semop(id int, sops []sembuf) error {
@@ -84,6 +92,7 @@ func semop(id int, sops []sembuf) error {
 
 func semop1(id int, sops []sembuf) error {
 	_, _, e := sys6(unix.SYS_SEMOP, uintptr(id), uintptr(unsafe.Pointer(&sops[0])), uintptr(len(sops)), 0, 0, 0)
+	runtime.KeepAlive(sops)
 	if e != 0 {
 		return e
 	}
@@ -119,6 +128,7 @@ func msgsnd1(id int, typ int64, text string, flg int) error {
 	*(*int64)(unsafe.Pointer(&b[0])) = typ
 	copy(b[8:], text)
 	_, _, e := sys6(unix.SYS_MSGSND, uintptr(id), uintptr(unsafe.Pointer(&b[0])), uintptr(len(text)), uintptr(flg), 0, 0)
+	runtime.KeepAlive(b)
 	if e != 0 {
 		return e
 	}
