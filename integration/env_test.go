@@ -240,19 +240,34 @@ var logSeq int
 // times in 5.
 func (e *env) ctrLogged(t *testing.T, sub, rest []string, done func()) string {
 	t.Helper()
+	out, err := e.ctrLoggedErr(t, 60*time.Second, sub, rest, done)
+	if err != nil {
+		t.Fatalf("ctr %s: %v\n%s", strings.Join(append(sub[:len(sub):len(sub)], rest...), " "), err, out)
+	}
+	return out
+}
+
+// ctrLoggedErr is ctrLogged for a process that may fail or be killed:
+// ctr's error (the process's exit status) is returned with the output,
+// not fatal.
+func (e *env) ctrLoggedErr(t *testing.T, timeout time.Duration, sub, rest []string, done func()) (string, error) {
+	t.Helper()
 	logSeq++
 	f := filepath.Join(e.dir, "io", fmt.Sprintf("%d.log", logSeq))
 	args := append(append(sub[:len(sub):len(sub)], "--log-uri", "file://"+f), rest...)
-	out := e.ctrOK(t, args...)
+	out, err := e.ctrCmd(timeout, args...)
 	if done != nil {
 		done()
 	}
-	b, err := os.ReadFile(f)
-	if err != nil {
-		t.Fatalf("ctr %s: the process's output: %v", strings.Join(args, " "), err)
+	b, rerr := os.ReadFile(f)
+	if rerr != nil {
+		if err != nil {
+			return out, err // ctr failed before the shim made the file
+		}
+		t.Fatalf("ctr %s: the process's output: %v", strings.Join(args, " "), rerr)
 	}
 	os.Remove(f)
-	return string(b) + out
+	return string(b) + out, err
 }
 
 // start starts a container whose init sleeps, and registers its removal.

@@ -86,7 +86,10 @@ func TestMemoryChargedToContainer(t *testing.T) {
 			rss0 = rssKiB(t, shim)
 		}
 		execSeq++
-		out, err := e.ctrCmd(120*time.Second, "task", "exec", "--exec-id", "fill"+strconv.Itoa(execSeq), id, "/bin/sh", "-c", fill)
+		xid := "fill" + strconv.Itoa(execSeq)
+		out, err := e.ctrLoggedErr(t, 120*time.Second, []string{"task", "exec"}, []string{"--exec-id", xid, id, "/bin/sh", "-c", fill}, func() {
+			e.execDeleted(t, id, xid)
+		})
 		n, how := queued(out)
 		usage, dir := cgroupUsage(t, pid)
 		t.Logf("%s: queued %d bytes, stopped by %q (exec: %v), cgroup usage %d bytes", rt, n, how, err, usage)
