@@ -102,6 +102,9 @@ func Listen(path string) (*Server, error) {
 	return &Server{ln: ln, conns: make(map[*net.UnixConn]struct{})}, nil
 }
 
+// Close closes the socket: Serve, if running, returns accept's error.
+func (s *Server) Close() error { return s.ln.Close() }
+
 // Addr returns the socket's path.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 

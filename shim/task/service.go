@@ -162,13 +162,25 @@ func (s *Service) listen() error {
 	}
 	srv.Errorf = func(f string, a ...any) { log.G(s.ctx).Errorf(f, a...) }
 	s.srv = srv
-	go func() {
-		if err := srv.Serve(s.ctx, s.handle); err != nil && !errors.Is(err, context.Canceled) {
-			log.G(s.ctx).WithError(err).Error("io.containerd.ipc.v2: seccomp listener socket stopped; new containers and execs will fail")
-		}
-	}()
+	go s.serveSocket(srv)
 	log.G(s.ctx).Infof("seccomp listener socket %s", s.sock)
 	return nil
+}
+
+// serveSocket serves runc's connections on srv until the shim shuts down;
+// a stop before that is logged as the error it is.
+func (s *Service) serveSocket(srv *listener.Server) {
+	if err := srv.Serve(s.ctx, s.handle); s.failedServing(err) {
+		log.G(s.ctx).WithError(err).Error("io.containerd.ipc.v2: seccomp listener socket stopped; new containers and execs will fail")
+	}
+}
+
+// failedServing reports whether err, from a server run on the shim's
+// context, stopped it while the shim still serves. At the shim's own
+// shutdown every server stops with the context's error, which is
+// containerd's shutdown.ErrShutdown, not context.Canceled: not a failure.
+func (s *Service) failedServing(err error) bool {
+	return err != nil && s.ctx.Err() == nil
 }
 
 // handle takes one process's seccomp listener from runc and serves it.
@@ -209,7 +221,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 		}
 		opts := s.ns.ListenerOptions(id)
 		opts.IPCNS = ino
-		if err := s.gw.ServeListener(s.ctx, l, opts); err != nil && !errors.Is(err, context.Canceled) {
+		if err := s.gw.ServeListener(s.ctx, l, opts); s.failedServing(err) {
 			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
 		}
 	}()
