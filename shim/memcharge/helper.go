@@ -30,10 +30,16 @@ type helper struct {
 	timeout   time.Duration // a round trip's limit: helperTimeout at its start
 }
 
-// startHelper starts a helper with memfd, puts it in the cgroup host
+// The files a helper allocates pages of: its fds 3 and 5.
+const (
+	fileBallast = 0
+	fileText    = 1
+)
+
+// startHelper starts a helper with memfd and textfd (-1: none), puts it in the cgroup host
 // names, and protects it from the pod's OOM killer. The helper allocates
 // nothing before it is told to, so every page it allocates is the pod's.
-func startHelper(memfd int, host Host) (*helper, error) {
+func startHelper(memfd, textfd int, host Host) (*helper, error) {
 	if os.Getenv(helperEnv) != "" {
 		// This process was started as a helper but is not one (a binary
 		// without HelperMain, e.g. a test binary): starting helpers
@@ -66,6 +72,16 @@ func startHelper(memfd int, host Host) (*helper, error) {
 	defer mf.Close()
 	cmd := exec.Command(exe(), HelperArg)
 	cmd.ExtraFiles = []*os.File{mf, theirs} // fds 3 and 4
+	if textfd >= 0 {
+		dup, err := unix.FcntlInt(uintptr(textfd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			mine.Close()
+			return nil, fmt.Errorf("dup the text file: %w", err)
+		}
+		tf := os.NewFile(uintptr(dup), "text")
+		defer tf.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, tf) // fd 5
+	}
 	cmd.Env = []string{"GOMAXPROCS=1", "GOGC=off", helperEnv + "=1"}
 	// No Pdeathsig: it is tied to the forking thread, which Go may end
 	// (a locked goroutine's); the helper ends when the shim's end of its
@@ -104,14 +120,15 @@ var errDiedAllocating = errors.New("memcharge helper ended while allocating")
 // machine, says nothing about the pod's memory.
 var errHelperStuck = errors.New("memcharge helper did not answer")
 
-// allocate has the helper allocate length bytes of the ballast from off.
-// It returns the helper's errno (unix.ENOMEM: the pod's cgroup is full),
-// errDiedAllocating if the helper is gone, errHelperStuck if it did not
-// answer in time, or another error.
-func (h *helper) allocate(off, length int64) error {
-	var req [16]byte
+// allocate has the helper allocate length bytes of file (fileBallast or
+// fileText) from off. It returns the helper's errno (unix.ENOMEM: the
+// pod's cgroup is full), errDiedAllocating if the helper is gone,
+// errHelperStuck if it did not answer in time, or another error.
+func (h *helper) allocate(file int, off, length int64) error {
+	var req [24]byte
 	binary.LittleEndian.PutUint64(req[0:], uint64(off))
 	binary.LittleEndian.PutUint64(req[8:], uint64(length))
+	binary.LittleEndian.PutUint64(req[16:], uint64(file))
 	if err := h.conn.SetDeadline(time.Now().Add(h.timeout)); err != nil {
 		return fmt.Errorf("memcharge helper: %w", err)
 	}
@@ -141,13 +158,14 @@ func (h *helper) stop() {
 }
 
 // HelperMain is the helper's body, run by the shim's binary when its first
-// argument is HelperArg: fd 3 is the ballast, fd 4 the shim's socket. Each
-// request (offset, length: two little-endian uint64) is answered with the
+// argument is HelperArg: fd 3 is the ballast, fd 4 the shim's socket, fd 5
+// (if open) the message text file. Each request (offset, length, file 0
+// for fd 3 or 1 for fd 5: three little-endian uint64) is answered with the
 // errno of fallocate (0 on success). It returns when the shim closes the
 // socket.
 func HelperMain() int {
 	runtime.GOMAXPROCS(1)
-	var req [16]byte
+	var req [24]byte
 	for {
 		n, err := unix.Read(4, req[:])
 		if err == unix.EINTR {
@@ -158,9 +176,13 @@ func HelperMain() int {
 		}
 		off := int64(binary.LittleEndian.Uint64(req[0:]))
 		length := int64(binary.LittleEndian.Uint64(req[8:]))
+		fd := 3
+		if binary.LittleEndian.Uint64(req[16:]) == fileText {
+			fd = 5
+		}
 		var errno uint32
 		for {
-			err = unix.Fallocate(3, 0, off, length)
+			err = unix.Fallocate(fd, 0, off, length)
 			if err != unix.EINTR {
 				break
 			}

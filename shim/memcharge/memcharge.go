@@ -68,6 +68,8 @@ type Ballast struct {
 	size    int64 // bytes allocated in memfd
 	charged int64 // bytes the namespace holds
 	helper  *helper
+	// text holds message text (arena.go); nil if it could not be made.
+	text *arena
 	// unbackedUntil is set when no helper could be started or kept:
 	// until then charges are counted but not backed; the next growth
 	// after it tries again (and backs everything charged by then).
@@ -84,7 +86,11 @@ func New(name string, host Host, logf func(format string, args ...any)) (*Ballas
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	return &Ballast{host: host, logf: logf, memfd: fd}, nil
+	b := &Ballast{host: host, logf: logf, memfd: fd}
+	if b.text, err = newArena(name); err != nil {
+		logf("memcharge: message text of %s kept in the shim's heap: %v", name, err)
+	}
+	return b, nil
 }
 
 // Charge adds n bytes; it fails with ipcns.ErrNoMemory if the pod's
@@ -118,50 +124,82 @@ func (b *Ballast) Uncharge(n int64) {
 	}
 }
 
-// growLocked makes the ballast size bytes, allocated in the pod's cgroup.
+// growLocked makes the ballast size bytes, allocated in the pod's cgroup
+// (or counted only, if no helper can be had).
+func (b *Ballast) growLocked(size int64) error {
+	backed, err := b.fillLocked(fileBallast, b.size, size-b.size)
+	if err == nil && backed {
+		b.size = size
+	}
+	return err
+}
+
+// fillLocked has a helper in the pod's cgroup allocate the pages
+// [off, off+length) of one of the ballast's files. It reports whether the
+// pages are the pod's: false, with no error, when no helper could be had
+// (the charge is then counted, not backed, for retryAfter).
+//
 // A helper that is gone (killed with its container's processes, evicted)
 // or dies allocating is replaced once: if the second one dies allocating
 // too, it was the pod's OOM killer's last choice and the charge is
-// refused.
-func (b *Ballast) growLocked(size int64) error {
+// refused (ipcns.ErrNoMemory), as is one that the pod's cgroup cannot
+// hold.
+func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		if b.helper == nil {
-			h, err := startHelper(b.memfd, b.host)
+			h, err := startHelper(b.memfd, b.textFD(), b.host)
 			if err != nil {
 				b.logf("memcharge: no helper in the pod's memory cgroup (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
 				b.unbackedUntil = time.Now().Add(retryAfter)
-				return nil
+				return false, nil
 			}
 			b.helper = h
 		}
-		err := b.helper.allocate(b.size, size-b.size)
+		err := b.helper.allocate(file, off, length)
 		if err == nil {
-			b.size = size
-			return nil
+			return true, nil
 		}
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
 			// The pod's cgroup is full and its OOM killer freed nothing
 			// (fallocate undid its partial allocation).
-			return ipcns.ErrNoMemory
+			return false, ipcns.ErrNoMemory
 		}
 		// Gone or stuck: reaped first (a stuck fallocate would hold the
 		// truncate), then what it may have allocated is trimmed.
 		b.helper.stop()
 		b.helper = nil
-		_ = unix.Ftruncate(b.memfd, b.size)
+		b.trimLocked(file, off, length)
 		if attempt == 0 {
 			continue
 		}
 		if errors.Is(err, errDiedAllocating) {
-			return ipcns.ErrNoMemory
+			return false, ipcns.ErrNoMemory
 		}
 		// Stuck twice (errHelperStuck: a frozen cgroup, or a machine
 		// too loaded to start a helper in time) or another failure:
 		// nothing says the pod is out of memory.
 		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
 		b.unbackedUntil = time.Now().Add(retryAfter)
-		return nil
+		return false, nil
 	}
+}
+
+// trimLocked frees what a helper that failed may have allocated of
+// [off, off+length). For the text file that is the arena's to do (the
+// range may hold live texts beside the holes it asked to fill): it
+// punches the former holes when the fill fails for good.
+func (b *Ballast) trimLocked(file int, off, length int64) {
+	if file == fileBallast {
+		_ = unix.Ftruncate(b.memfd, b.size)
+	}
+}
+
+// textFD returns the arena's file, or -1.
+func (b *Ballast) textFD() int {
+	if b.text == nil {
+		return -1
+	}
+	return b.text.fd
 }
 
 // Evict stops the helper if it sits in container's cgroup: call it before
@@ -186,17 +224,25 @@ func (b *Ballast) Close() error {
 	if b.memfd < 0 {
 		return nil
 	}
+	if b.text != nil {
+		b.text.close()
+	}
 	err := unix.Close(b.memfd)
 	b.memfd, b.size = -1, 0
 	return err
 }
 
 // Usage reports the bytes the namespace holds and the bytes the ballast
-// holds in the pod's cgroup.
+// holds in the pod's cgroup, message text included.
 func (b *Ballast) Usage() (charged, held int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.charged, b.size
+	charged, held = b.charged, b.size
+	if b.text != nil {
+		charged += b.text.inuse
+		held += b.text.filled
+	}
+	return charged, held
 }
 
 // Backed reports whether charges reach the pod's cgroup (false once no

@@ -1,0 +1,204 @@
+package memcharge
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+)
+
+// fillPattern writes a pattern of id into t, checked by hasPattern.
+func fillPattern(t []byte, id int) {
+	for i := range t {
+		t[i] = byte(id*31 + i)
+	}
+}
+
+func hasPattern(t []byte, id int) bool {
+	for i := range t {
+		if t[i] != byte(id*31+i) {
+			return false
+		}
+	}
+	return true
+}
+
+// rssAnon returns this process's anonymous resident memory.
+func rssAnon(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`RssAnon:\s+(\d+) kB`).FindSubmatch(b)
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n << 10
+}
+
+// Texts live in the pod's pages: the cgroup's usage grows by what they
+// hold, the shim's anonymous memory does not, and freeing them gives the
+// pages back but for keepFree blocks.
+func TestTextsInPodPages(t *testing.T) {
+	dir, usage := testCgroup(t, 256<<20)
+	b := newBallast(t, dir)
+	if err := b.Charge(1); err != nil { // start the helper: its pages are the cgroup's too
+		t.Fatal(err)
+	}
+	b.Uncharge(1)
+	before, anon := readInt(t, usage), rssAnon(t)
+	const n, size = 4096, 8192 // 32 MiB of 8 KiB texts
+	texts := make([][]byte, n)
+	for i := range texts {
+		var err error
+		if texts[i], err = b.AllocText(size); err != nil {
+			t.Fatalf("text %d: %v", i, err)
+		}
+		fillPattern(texts[i], i)
+	}
+	grew := readInt(t, usage) - before
+	if grew < n*size-4*Granule || grew > n*size+4*Granule {
+		t.Fatalf("cgroup usage grew by %d bytes for %d bytes of text", grew, n*size)
+	}
+	if a := rssAnon(t) - anon; a > n*size/4 {
+		t.Fatalf("the shim's anonymous memory grew by %d bytes for %d bytes of text", a, n*size)
+	}
+	if charged, held := b.Usage(); charged != n*size || held < n*size {
+		t.Fatalf("usage: charged %d, held %d", charged, held)
+	}
+	for i, x := range texts {
+		if !hasPattern(x, i) {
+			t.Fatalf("text %d overwritten", i)
+		}
+		if !b.FreeText(x) {
+			t.Fatalf("text %d not the arena's", i)
+		}
+	}
+	if charged, _ := b.Usage(); charged != 0 || b.text.filled > keepFree*blockSize {
+		t.Fatalf("after freeing all: charged %d, text pages %d", charged, b.text.filled)
+	}
+	if after := readInt(t, usage) - before; after > (keepFree+4)*blockSize {
+		t.Fatalf("cgroup usage still %d bytes above its start", after)
+	}
+}
+
+// Texts of every size class and of chunks of their own never overlap,
+// through frees and reuse.
+func TestTextsDoNotOverlap(t *testing.T) {
+	dir, _ := testCgroup(t, 512<<20)
+	b := newBallast(t, dir)
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := map[int][]byte{}
+	total := int64(0)
+	for id := 0; id < 6000; id++ {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			for k, x := range live { // a random one
+				if !hasPattern(x, k) {
+					t.Fatalf("text %d (%d bytes) overwritten", k, len(x))
+				}
+				b.FreeText(x)
+				total -= int64(len(x))
+				delete(live, k)
+				break
+			}
+		}
+		n := 1 + rng.IntN(5000)
+		switch rng.IntN(20) {
+		case 0:
+			n = blockSize + rng.IntN(3*blockSize) // a chunk of its own
+		case 1:
+			n = 4096 + rng.IntN(blockSize-4096)
+		}
+		x, err := b.AllocText(n)
+		if err != nil {
+			t.Fatalf("text %d of %d bytes: %v", id, n, err)
+		}
+		if len(x) != n || cap(x) != n {
+			t.Fatalf("text of %d bytes: len %d cap %d", n, len(x), cap(x))
+		}
+		fillPattern(x, id)
+		live[id] = x
+		total += int64(n)
+	}
+	for k, x := range live {
+		if !hasPattern(x, k) {
+			t.Fatalf("text %d (%d bytes) overwritten", k, len(x))
+		}
+	}
+	if charged, _ := b.Usage(); charged != total {
+		t.Fatalf("charged %d, want %d", charged, total)
+	}
+	for _, x := range live {
+		b.FreeText(x)
+	}
+	if charged, _ := b.Usage(); charged != 0 || b.text.filled > keepFree*blockSize {
+		t.Fatalf("after freeing all: charged %d, text pages %d", charged, b.text.filled)
+	}
+	if b.FreeText(make([]byte, 10)) {
+		t.Fatal("a heap slice taken for a text")
+	}
+}
+
+// At the cgroup's limit a text is refused with ErrNoMemory, and there is
+// room again once texts are freed.
+func TestTextRefusedAtLimit(t *testing.T) {
+	const limit = 32 << 20
+	dir, _ := testCgroup(t, limit)
+	b := newBallast(t, dir)
+	var texts [][]byte
+	var err error
+	for len(texts) < 2*limit/8192 {
+		var x []byte
+		if x, err = b.AllocText(8192); err != nil {
+			break
+		}
+		texts = append(texts, x)
+	}
+	if !errors.Is(err, ipcns.ErrNoMemory) {
+		t.Fatalf("%d texts of 8 KiB in a %d-byte cgroup; last error %v", len(texts), limit, err)
+	}
+	if len(texts) < limit/2/8192 {
+		t.Fatalf("refused after only %d texts", len(texts))
+	}
+	for _, x := range texts[:len(texts)/2] {
+		b.FreeText(x)
+	}
+	if _, err := b.AllocText(8192); err != nil {
+		t.Fatalf("a text after freeing half: %v", err)
+	}
+}
+
+// A text used after Close reads zeros rather than faulting, and its
+// mapping goes with it.
+func TestTextAfterClose(t *testing.T) {
+	dir, _ := testCgroup(t, 64<<20)
+	b := newBallast(t, dir)
+	small, err := b.AllocText(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := b.AllocText(blockSize + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillPattern(small, 1)
+	fillPattern(big, 2)
+	b.Close()
+	if !bytes.Equal(small, make([]byte, 100)) || big[blockSize] != 0 {
+		t.Fatal("texts still hold data after Close")
+	}
+	small[0] = 1 // no fault
+	if _, err := b.AllocText(100); err == nil {
+		t.Fatal("a text from a closed arena")
+	}
+	if !b.FreeText(small) || !b.FreeText(big) {
+		t.Fatal("texts of the closed arena not recognised")
+	}
+	if n := len(b.text.chunks); n != 0 {
+		t.Fatalf("%d chunks still mapped", n)
+	}
+}
