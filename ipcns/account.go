@@ -24,12 +24,32 @@ type Account interface {
 // the engines answer ENOMEM where Linux's allocation would fail.
 var ErrNoMemory = errors.New("ipcns: the pod's memory cannot hold the object")
 
+// TextStore is an Account that also holds message text outside the
+// shim's heap, in memory that is itself the charge (shim/memcharge's
+// arena): a text kept there is not charged a second time, and the host
+// holds it once.
+type TextStore interface {
+	// AllocText returns n bytes for a text. ErrNoMemory: the pod's
+	// memory cannot hold them; another error: the store cannot take
+	// the text now, which then goes to the heap, charged as usual.
+	AllocText(n int) ([]byte, error)
+	// FreeText gives a text back, and reports false if it is not one
+	// of the store's.
+	FreeText(t []byte) bool
+}
+
 // charge is a Resources' accounting; mu orders SetAccount against
 // charges so that the account receives exactly what is outstanding.
 type charge struct {
 	mu      sync.RWMutex
 	account Account // guarded by mu
+	// texts is the last TextStore the account was: it stays after the
+	// account changes, so that its texts can be given back to it.
+	texts   TextStore // guarded by mu
 	charged atomic.Int64
+	// text counts the bytes of texts held by texts (not in charged:
+	// they are not moved with the account).
+	text atomic.Int64
 }
 
 // SetAccount makes a charge everything the namespace's objects hold from
@@ -46,6 +66,9 @@ func (ns *Resources) SetAccount(a Account) error {
 		old.Uncharge(ns.charge.charged.Load())
 	}
 	ns.charge.account = a
+	if ts, ok := a.(TextStore); ok {
+		ns.charge.texts = ts
+	}
 	return nil
 }
 
@@ -54,6 +77,10 @@ func (ns *Resources) SetAccount(a Account) error {
 func (ns *Resources) Charge(bytes int64) error {
 	ns.charge.mu.RLock()
 	defer ns.charge.mu.RUnlock()
+	return ns.chargeRLocked(bytes)
+}
+
+func (ns *Resources) chargeRLocked(bytes int64) error {
 	if a := ns.charge.account; a != nil {
 		if err := a.Charge(bytes); err != nil {
 			return err
@@ -74,5 +101,48 @@ func (ns *Resources) Uncharge(bytes int64) {
 }
 
 // Charged returns the bytes the namespace's objects hold by the engines'
-// accounting.
-func (ns *Resources) Charged() int64 { return ns.charge.charged.Load() }
+// accounting, message text included.
+func (ns *Resources) Charged() int64 {
+	return ns.charge.charged.Load() + ns.charge.text.Load()
+}
+
+// AllocText returns n bytes for a message text (load_msg's allocation),
+// charged: in the account's TextStore if it has one, else in the heap
+// with a Charge. It fails with ErrNoMemory where the charge is refused.
+// The text must be given back with FreeText, once.
+func (ns *Resources) AllocText(n int64) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	ns.charge.mu.RLock()
+	defer ns.charge.mu.RUnlock()
+	if ts, ok := ns.charge.account.(TextStore); ok {
+		t, err := ts.AllocText(int(n))
+		if err == nil {
+			ns.charge.text.Add(n)
+			return t, nil
+		}
+		if errors.Is(err, ErrNoMemory) {
+			return nil, err
+		}
+	}
+	if err := ns.chargeRLocked(n); err != nil {
+		return nil, err
+	}
+	return make([]byte, n), nil
+}
+
+// FreeText gives back a text AllocText returned.
+func (ns *Resources) FreeText(t []byte) {
+	if len(t) == 0 {
+		return
+	}
+	ns.charge.mu.RLock()
+	ts := ns.charge.texts
+	ns.charge.mu.RUnlock()
+	if ts != nil && ts.FreeText(t) {
+		ns.charge.text.Add(-int64(len(t)))
+		return
+	}
+	ns.Uncharge(int64(len(t)))
+}

@@ -19,12 +19,14 @@ import (
 
 type fixture struct {
 	e     *Engine
+	texts *textTracker
 	pidns *ipcns.PidNamespace
 	n     atomic.Int32
 }
 
 func newFixture(lim ipcns.Limits) *fixture {
-	return &fixture{e: New(ipcns.NewResources("t", lim)), pidns: ipcns.NewPidNamespace(nil, 1)}
+	e := New(ipcns.NewResources("t", lim))
+	return &fixture{e: e, texts: trackTexts(e), pidns: ipcns.NewPidNamespace(nil, 1)}
 }
 
 func (f *fixture) caller() *ipcns.Caller {
@@ -325,4 +327,5 @@ func TestStressCancel(t *testing.T) {
 		}
 		return true
 	})
+	f.texts.checkTexts(t, f.e)
 }

@@ -173,7 +173,8 @@ func (e *Engine) Remove(c *ipcns.Caller, msqid int32) error {
 		}
 	}
 	e.ids.Remove(q)
-	e.ns.Uncharge(q.qnum.Load()*msgBase + q.cbytes.Load())
+	e.ns.Uncharge(q.qnum.Load() * msgBase)
+	q.msgs.each(func(m *msg) { e.ns.FreeText(m.text()) })
 	q.msgs.clear()
 	q.qnum.Store(0)
 	q.cbytes.Store(0)

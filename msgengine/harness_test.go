@@ -446,6 +446,7 @@ type engineProc struct {
 
 type engineBackend struct {
 	e      *Engine
+	texts  *textTracker
 	pidns  *ipcns.PidNamespace
 	procs  map[int]*engineProc
 	caps   ipcns.CapSet
@@ -453,8 +454,9 @@ type engineBackend struct {
 }
 
 func newEngineBackend(lim ipcns.Limits) *engineBackend {
+	e := New(ipcns.NewResources("diff", lim))
 	return &engineBackend{
-		e:     New(ipcns.NewResources("diff", lim)),
+		e: e, texts: trackTexts(e),
 		pidns: ipcns.NewPidNamespace(nil, 1),
 		procs: map[int]*engineProc{}, caps: processCaps(), groups: processGroups(),
 	}
@@ -671,6 +673,7 @@ func runEngine(t testing.TB, lim ipcns.Limits, scenario func(*env)) []string {
 	b := newEngineBackend(lim)
 	e := &env{b: b, t: t}
 	scenario(e)
+	b.texts.checkTexts(t, b.e)
 	return e.log
 }
 

@@ -1,6 +1,7 @@
 package msgengine
 
 import (
+	"bytes"
 	"context"
 	"math"
 
@@ -100,7 +101,7 @@ func (e *Engine) StartRecv(c *ipcns.Caller, op *RcvOp) (Message, *Wait, error) {
 	if op.NoSleep {
 		return Message{}, nil, ErrWouldSleep
 	}
-	w := &waiter{caller: c, mode: mode, typ: typ, size: op.Size, rCommit: op.Commit, rDone: op.Done, thread: op.Thread}
+	w := &waiter{caller: c, mode: mode, typ: typ, size: op.Size, rCommit: op.Commit, rDone: op.Done, discard: op.Discard, thread: op.Thread}
 	if w.thread == nil {
 		w.thread = c.Pid
 	}
@@ -147,10 +148,16 @@ func (q *Queue) takeLocked(c *ipcns.Caller, op *RcvOp, mode int, typ int64) (Mes
 	if op.Commit != nil && !op.Commit(&out) {
 		return Message{}, true, ErrNotDelivered
 	}
+	if op.Discard {
+		out.Data = nil
+	} else {
+		out.Data = bytes.Clone(out.Data) // the text is given back below
+	}
 	q.msgs.popHead(t)
 	q.qnum.Add(-1)
 	q.cbytes.Add(-m.size)
-	q.e.ns.Uncharge(msgBytes(m.size))
+	q.e.ns.Uncharge(msgBase)
+	q.e.ns.FreeText(m.text())
 	q.rtime = now()
 	ipcns.StorePid(&q.lrpid, c.Pid)
 	if q.reserved > q.baselineLocked() {

@@ -1,6 +1,7 @@
 package msgengine
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -47,23 +48,38 @@ func (e *Engine) Msgsnd(ctx context.Context, c *ipcns.Caller, op *SndOp) error {
 // section that found the queue full — ending with op.Done or w.Cancel.
 func (e *Engine) StartSend(c *ipcns.Caller, op *SndOp) (*Wait, error) {
 	size := int64(len(op.Data))
+	text := op.Data
 	if err := e.CheckSend(op.MsqID, op.Type, size); err != nil {
+		if op.Owned {
+			e.ns.FreeText(text)
+		}
 		return nil, err
 	}
 	// load_msg: the message is allocated, and charged to the sender's
-	// pod, before the queue is looked up (ENOMEM first). The charge
-	// goes with the message into the queue, or is given back.
-	if e.ns.Charge(msgBytes(size)) != nil {
+	// pod, before the queue is looked up (ENOMEM first). The charge and
+	// the text go with the message into the queue, or are given back.
+	if !op.Owned {
+		t, err := e.ns.AllocText(size)
+		if err != nil {
+			return nil, unix.ENOMEM
+		}
+		copy(t, op.Data)
+		text = t
+	}
+	if e.ns.Charge(msgBase) != nil {
+		e.ns.FreeText(text)
 		return nil, unix.ENOMEM
 	}
-	w, err := e.startSend(c, op, size)
+	w, err := e.startSend(c, op, text)
 	if w == nil && (err != nil || !op.stored) {
-		e.ns.Uncharge(msgBytes(size))
+		e.ns.Uncharge(msgBase)
+		e.ns.FreeText(text)
 	}
 	return w, err
 }
 
-func (e *Engine) startSend(c *ipcns.Caller, op *SndOp, size int64) (*Wait, error) {
+func (e *Engine) startSend(c *ipcns.Caller, op *SndOp, text []byte) (*Wait, error) {
+	size := int64(len(text))
 	q, err := e.ids.Lookup(op.MsqID)
 	if err != nil {
 		return nil, err
@@ -80,7 +96,7 @@ func (e *Engine) startSend(c *ipcns.Caller, op *SndOp, size int64) (*Wait, error
 		if op.Commit != nil && !op.Commit() {
 			return nil, ErrNotDelivered
 		}
-		op.stored = q.sendLocked(c.Pid, op.Type, op.Data)
+		op.stored = q.sendLocked(c.Pid, op.Type, text)
 		return nil, nil
 	}
 	if op.Flags&IPCNoWait != 0 {
@@ -90,8 +106,8 @@ func (e *Engine) startSend(c *ipcns.Caller, op *SndOp, size int64) (*Wait, error
 		return nil, ErrWouldSleep
 	}
 	// ss_add: sleep at the tail of the senders, holding the message's
-	// charge until it is stored or the sleep ends without it.
-	w := &waiter{caller: c, mtype: op.Type, data: op.Data, sCommit: op.Commit, sDone: op.Done, signalled: op.Signalled, charge: msgBytes(size), ns: e.ns}
+	// text and charge until it is stored or the sleep ends without it.
+	w := &waiter{caller: c, mtype: op.Type, data: text, sCommit: op.Commit, sDone: op.Done, signalled: op.Signalled, holds: true, ns: e.ns}
 	return q.sleep(w, &q.senders), nil
 }
 
@@ -142,6 +158,12 @@ func (q *Queue) pipelinedSendLocked(mtype int64, data []byte) bool {
 			w.finish(statusUndelivered)
 			w = next
 			continue
+		}
+		if w.discard {
+			w.got.Data = nil
+		} else {
+			// The sender's text is given back when this returns.
+			w.got.Data = bytes.Clone(w.got.Data)
 		}
 		w.finish(0)
 		return true
@@ -198,7 +220,7 @@ func (q *Queue) wakeSendersLocked() {
 				break
 			}
 			if q.sendLocked(w.caller.Pid, w.mtype, w.data) {
-				w.charge = 0 // the stored message holds it now
+				w.holds = false // the stored message holds them now
 			}
 			w.finish(0)
 		default:

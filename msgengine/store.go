@@ -4,7 +4,8 @@ import "unsafe"
 
 // msg is one queued message, struct msg_msg without its type, which its
 // list holds. It is 32 bytes; the text is a separate allocation, the one
-// msgsnd was given.
+// msgsnd was given (ipcns.Resources.AllocText: outside the heap when the
+// namespace's account can hold texts).
 type msg struct {
 	next *msg   // the next message of the same type; protected by Queue.mu
 	seq  uint64 // position in the queue's arrival order
@@ -232,6 +233,15 @@ func (s *store) nth(n int64, qnum int64) (*msg, int64) {
 		}
 		n--
 		cur[best].m = cur[best].m.next
+	}
+}
+
+// each calls f for every message, in no particular order.
+func (s *store) each(f func(*msg)) {
+	for _, t := range s.types {
+		for m := t.head; m != nil; m = m.next {
+			f(m)
+		}
 	}
 }
 

@@ -53,10 +53,14 @@ type SndOp struct {
 	// Type is msgbuf.mtype, read by the gateway before anything else
 	// (ksys_msgsnd's get_user: its EFAULT comes first).
 	Type int64
-	// Data is the message text, len(Data) being msgsz. The engine keeps
-	// the slice (no copy) once the message is queued: the caller must not
-	// reuse it, and should size it exactly.
-	Data  []byte
+	// Data is the message text, len(Data) being msgsz. The engine copies
+	// it into a text of the namespace (Resources.AllocText), unless Owned.
+	Data []byte
+	// Owned says that Data was allocated for this call by the engine's
+	// Resources().AllocText: the engine takes it without a copy, and
+	// keeps it in the queue or gives it back, whatever StartSend returns
+	// (load_msg's buffer, read straight from the caller's memory).
+	Owned bool
 	Flags int // IPC_NOWAIT
 	// Commit, when set, is called with the queue locked once the send is
 	// certain and before the message becomes visible; the gateway answers
@@ -104,6 +108,10 @@ type RcvOp struct {
 	// exactly as if this receiver had not been waiting) and Msgrcv returns
 	// ErrNotDelivered. It must not call the engine.
 	Commit func(m *Message) bool
+	// Discard says that Commit has copied the text out: the Message
+	// returned, or given to Done, then has no Data. Otherwise it has a
+	// copy of the text (the queue's text is given back as it leaves).
+	Discard bool
 	// Done, for a receiver that went to sleep (StartRecv returned a Wait),
 	// is called exactly once when the sleep ends other than by
 	// Wait.Cancel: with the message once one was handed to it (Commit

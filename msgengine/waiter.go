@@ -34,11 +34,11 @@ type waiter struct {
 	data    []byte
 	sCommit func() bool
 	sDone   func(error)
-	// charge is the sender's message's charge while the sender holds
-	// it (ipcns.Account): given back when the sleep ends without
-	// storing the message.
-	charge int64
-	ns     *ipcns.Resources
+	// holds: the sender still holds its message's text and charge
+	// (ipcns.Resources), given back when the sleep ends without storing
+	// the message.
+	holds bool
+	ns    *ipcns.Resources
 
 	// A receiver's selector (r_mode, r_msgtype), r_maxsize, its msgsz,
 	// Commit, Done and, once done, the message.
@@ -48,6 +48,7 @@ type waiter struct {
 	size    int64
 	rCommit func(*Message) bool
 	rDone   func(Message, error)
+	discard bool
 	thread  *ipcns.Pid
 	got     Message
 
@@ -69,11 +70,12 @@ func (w *waiter) finish(status int) {
 	}
 }
 
-// release gives back a sender's message charge it still holds.
+// release gives back a sender's message text and charge it still holds.
 func (w *waiter) release() {
-	if w.charge != 0 {
-		w.ns.Uncharge(w.charge)
-		w.charge = 0
+	if w.holds {
+		w.ns.Uncharge(msgBase)
+		w.ns.FreeText(w.data)
+		w.holds = false
 	}
 }
 

@@ -1,0 +1,80 @@
+package msgengine
+
+import (
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+)
+
+// textTracker is an account that holds message texts (ipcns.TextStore)
+// and checks that the engine gives each back exactly once and never uses
+// one after: a freed text is overwritten with poison, so a message read
+// from freed memory shows in a differential test's log.
+type textTracker struct {
+	mu   sync.Mutex
+	live map[*byte]int
+	bad  []string
+}
+
+const poison = 0xdb
+
+func newTextTracker() *textTracker { return &textTracker{live: map[*byte]int{}} }
+
+func (a *textTracker) Charge(int64) error { return nil }
+func (a *textTracker) Uncharge(int64)     {}
+
+func (a *textTracker) AllocText(n int) ([]byte, error) {
+	t := make([]byte, n)
+	a.mu.Lock()
+	a.live[unsafe.SliceData(t)] = n
+	a.mu.Unlock()
+	return t, nil
+}
+
+func (a *textTracker) FreeText(t []byte) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := unsafe.SliceData(t)
+	n, ok := a.live[p]
+	if !ok {
+		a.bad = append(a.bad, "a text freed twice, or not the store's")
+		return true
+	}
+	if n != len(t) {
+		a.bad = append(a.bad, "a text freed with another length")
+	}
+	delete(a.live, p)
+	for i := range unsafe.Slice(p, n) {
+		unsafe.Slice(p, n)[i] = poison
+	}
+	return true
+}
+
+// trackTexts makes e's texts go through a textTracker.
+func trackTexts(e *Engine) *textTracker {
+	a := newTextTracker()
+	if err := e.ns.SetAccount(a); err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// checkTexts removes every queue of e (waking its sleepers with EIDRM)
+// and fails if a text is still live or was freed wrongly.
+func (a *textTracker) checkTexts(t testing.TB, e *Engine) {
+	t.Helper()
+	root := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(ipcns.NewPidNamespace(nil, 1), 1)}
+	for _, q := range e.ids.All() {
+		_ = e.Remove(root, q.ID())
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.live) != 0 || len(a.bad) != 0 {
+		t.Fatalf("texts: %d still live after every queue was removed; misuse: %q", len(a.live), a.bad)
+	}
+	if c := e.ns.Charged(); c != 0 {
+		t.Fatalf("%d bytes still charged after every queue was removed", c)
+	}
+}
