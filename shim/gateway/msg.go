@@ -56,20 +56,25 @@ func (n *Engines) msgsnd(r *Request) {
 	msqid, msgp, msgsz, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int(int32(r.Arg(3)))
 	var mtype int64
 	var data []byte
-	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(eng.Resources().Limits().MsgMax)) {
+	read := false
+	res := eng.Resources()
+	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(res.Limits().MsgMax)) {
 		// One copy of mtype and text; the order of the errors only
 		// matters when it fails, and then the slow path below redoes it.
-		// The text gets a buffer of its own: it is what the queue keeps
-		// (and what is charged to the pod), with no mtype rounding its
-		// allocation up to the next size class (8200 bytes take 9472).
+		// The text is read straight into the memory the queue keeps
+		// (load_msg's buffer, charged to the pod): no mtype rounds
+		// its allocation up, and no copy follows.
 		var h [mtypeSize]byte
-		buf := make([]byte, msgsz)
-		if r.Task.ReadMem2(msgp, h[:], buf) == nil {
-			mtype = abi.UnmarshalMtype(h[:])
-			data = buf
+		if buf, err := res.AllocText(msgsz); err == nil {
+			if r.Task.ReadMem2(msgp, h[:], buf) == nil {
+				mtype = abi.UnmarshalMtype(h[:])
+				data, read = buf, true
+			} else {
+				res.FreeText(buf)
+			}
 		}
 	}
-	if data == nil {
+	if !read {
 		var h [mtypeSize]byte
 		if err := r.Task.ReadMem(msgp, h[:]); err != nil {
 			r.Reply(0, err)
@@ -80,13 +85,19 @@ func (n *Engines) msgsnd(r *Request) {
 			r.Reply(0, err)
 			return
 		}
-		data = make([]byte, msgsz)
-		if err := r.Task.ReadMem(msgp+mtypeSize, data); err != nil {
+		buf, err := res.AllocText(msgsz)
+		if err != nil {
+			r.Reply(0, unix.ENOMEM)
+			return
+		}
+		if err := r.Task.ReadMem(msgp+mtypeSize, buf); err != nil {
+			res.FreeText(buf)
 			r.Reply(0, err)
 			return
 		}
+		data = buf
 	}
-	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Flags: flg}
+	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Owned: true, Flags: flg}
 	op.Commit = func() bool { return r.commit(0) }
 	op.Done = r.ended
 	op.NoSleep = r.restarted
@@ -119,7 +130,7 @@ func (n *Engines) msgrcv(r *Request) {
 			return
 		}
 	}
-	op := &msgengine.RcvOp{MsqID: msqid, Size: msgsz, Type: msgtyp, Flags: flg, Thread: r.Task.Thread}
+	op := &msgengine.RcvOp{MsqID: msqid, Size: msgsz, Type: msgtyp, Flags: flg, Thread: r.Task.Thread, Discard: true}
 	op.Commit = func(m *msgengine.Message) bool {
 		var h [mtypeSize]byte
 		abi.MarshalMtype(h[:], m.Type)
