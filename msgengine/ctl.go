@@ -163,6 +163,26 @@ func (e *Engine) Remove(c *ipcns.Caller, msqid int32) error {
 	if q.Deleted() {
 		return unix.EINVAL
 	}
+	e.freeLocked(q)
+	return nil
+}
+
+// Free frees every queue, as Linux does when the IPC namespace dies
+// (free_ipcs, freeque): their sleepers fail with EIDRM, and their texts
+// and charges are given back.
+func (e *Engine) Free() {
+	for _, q := range e.ids.All() {
+		q.mu.Lock()
+		if !q.Deleted() {
+			e.freeLocked(q)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// freeLocked is freeque: q and its messages go, its sleepers fail with
+// EIDRM.
+func (e *Engine) freeLocked(q *Queue) {
 	for _, l := range []*waitList{&q.receivers, &q.senders} {
 		ws := l.TakeAll()
 		for w := ws.Front(); w != nil; {
@@ -180,5 +200,4 @@ func (e *Engine) Remove(c *ipcns.Caller, msqid int32) error {
 	q.cbytes.Store(0)
 	q.unreserveLocked()
 	q.lspid, q.lrpid = nil, nil
-	return nil
 }

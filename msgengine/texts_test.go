@@ -5,7 +5,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 )
 
 // textTracker is an account that holds message texts (ipcns.TextStore)
@@ -61,20 +60,17 @@ func trackTexts(e *Engine) *textTracker {
 	return a
 }
 
-// checkTexts removes every queue of e (waking its sleepers with EIDRM)
+// checkTexts frees every queue of e (waking its sleepers with EIDRM)
 // and fails if a text is still live or was freed wrongly.
 func (a *textTracker) checkTexts(t testing.TB, e *Engine) {
 	t.Helper()
-	root := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(ipcns.NewPidNamespace(nil, 1), 1)}
-	for _, q := range e.ids.All() {
-		_ = e.Remove(root, q.ID())
-	}
+	e.Free()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.live) != 0 || len(a.bad) != 0 {
-		t.Fatalf("texts: %d still live after every queue was removed; misuse: %q", len(a.live), a.bad)
+		t.Fatalf("texts: %d still live after every queue was freed; misuse: %q", len(a.live), a.bad)
 	}
 	if c := e.ns.Charged(); c != 0 {
-		t.Fatalf("%d bytes still charged after every queue was removed", c)
+		t.Fatalf("%d bytes still charged after every queue was freed", c)
 	}
 }

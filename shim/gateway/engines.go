@@ -57,3 +57,8 @@ func (n *Engines) Handle(r *Request) {
 // Exit applies the SEM_UNDO adjustments of pid in this namespace
 // (Handler).
 func (n *Engines) Exit(pid *ipcns.Pid) { n.sem.Exit(pid) }
+
+// Free gives back what the namespace's message queues hold, as their
+// namespace dies: call it when the namespace is dropped, before its
+// account is closed.
+func (n *Engines) Free() { n.msg.Free() }

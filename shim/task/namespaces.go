@@ -80,6 +80,9 @@ type EngineTable struct {
 // EngineTable.mu: it runs after mu is released.
 type deferred struct {
 	evicts []eviction
+	// free lists engine namespaces dropped: what their queues hold is
+	// given back before their ballasts are detached or closed.
+	free []*gateway.Engines
 	// detach lists namespaces not a container's whose charges leave the
 	// shared ballast of their cgroup (SetAccount(nil) waits for their
 	// charges in flight).
@@ -96,11 +99,15 @@ func (d *deferred) evict(b *memcharge.Ballast, container string) {
 	d.evicts = append(d.evicts, eviction{b, container})
 }
 
-// run does the work in order: helpers leave cgroups, charges leave
-// shared ballasts, then ballasts are closed.
+// run does the work in order: helpers leave cgroups, dropped namespaces
+// give back what their queues hold, charges leave shared ballasts, then
+// ballasts are closed.
 func (d *deferred) run() {
 	for _, v := range d.evicts {
 		v.b.Evict(v.container)
+	}
+	for _, e := range d.free {
+		e.Free()
 	}
 	for _, e := range d.detach {
 		_ = e.eng.Sem().Resources().SetAccount(nil)
@@ -503,6 +510,7 @@ func (n *EngineTable) removeLocked(id string, d *deferred) uint64 {
 // publishes byIno.
 func (n *EngineTable) freeLocked(ino uint64, e *servedNamespace, d *deferred) {
 	delete(n.byIno, ino)
+	d.free = append(d.free, e.eng)
 	if e.ballast != nil {
 		d.close = append(d.close, e.ballast)
 	}

@@ -1,9 +1,12 @@
 package task
 
 import (
+	"context"
 	"os"
 	"testing"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 )
@@ -195,5 +198,58 @@ func TestSweepUnlocked(t *testing.T) {
 	defer n.mu.RUnlock()
 	if n.nestedCount != 3 {
 		t.Fatalf("%d namespaces not a container's counted, 3 live", n.nestedCount)
+	}
+}
+
+// A namespace not a container's that is freed gives back what its queues
+// held of its cgroup's shared ballast at once (free_ipcs), text included,
+// while the ballast lives on for the others.
+func TestNestedFreedGivesTextBack(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	n := NewEngineTable()
+	n.ChargePods = true
+	var engs []*gateway.Engines
+	for i := uint64(0); i < 2; i++ {
+		e, err := n.engines(1<<40+i, os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		engs = append(engs, e)
+	}
+	if len(n.nested) != 1 {
+		t.Skipf("%d nested ballasts (no memory cgroup here?)", len(n.nested))
+	}
+	var b *memcharge.Ballast
+	for _, x := range n.nested {
+		b = x
+	}
+	charged0, base := b.Usage() // the two namespaces' own charge
+	c := &ipcns.Caller{Creds: ipcns.RootCreds(), Pid: ipcns.NewPid(ipcns.NewPidNamespace(nil, 1), 10)}
+	m := engs[0].Msg()
+	for i := 0; i < 50; i++ { // two texts fill a queue (msgmnb 16384)
+		id, err := m.Msgget(c, ipcns.IPCPrivate, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 2; j++ {
+			op := &msgengine.SndOp{MsqID: id, Type: 1, Data: make([]byte, 8192), Flags: msgengine.IPCNoWait}
+			if err := m.Msgsnd(context.Background(), c, op); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if charged, held := b.Usage(); charged < 100*8192 || held < base+100*8192 {
+		t.Fatalf("100 queued texts of 8 KiB: charged %d, held %d", charged, held)
+	}
+	var d deferred
+	n.mu.Lock()
+	n.freeLocked(1<<40, n.byIno[1<<40], &d)
+	n.publishLocked()
+	n.mu.Unlock()
+	d.run()
+	if charged, held := b.Usage(); charged >= charged0 || held > base+4*memcharge.Granule {
+		t.Fatalf("after the namespace was freed: charged %d (%d before its queues), held %d (%d before)", charged, charged0, held, base)
 	}
 }
