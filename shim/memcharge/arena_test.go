@@ -202,3 +202,41 @@ func TestTextAfterClose(t *testing.T) {
 		t.Fatalf("%d chunks still mapped", n)
 	}
 }
+
+// BenchmarkText is a text's allocation and release, as a msgsnd and the
+// msgrcv that takes its message make them, against the heap's make (the
+// garbage collector's share not counted).
+func BenchmarkText(b *testing.B) {
+	for _, size := range []int{8, 8192} {
+		b.Run("arena/"+strconv.Itoa(size), func(b *testing.B) {
+			dir, _ := testCgroup(b, 256<<20)
+			bal, err := New("bench", func() (string, []string, error) {
+				return "ctr", []string{dir + "/cgroup.procs"}, nil
+			}, b.Logf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bal.Close()
+			x, _ := bal.AllocText(size) // the first block
+			bal.FreeText(x)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				x, err := bal.AllocText(size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x[0] = 1
+				bal.FreeText(x)
+			}
+		})
+		b.Run("heap/"+strconv.Itoa(size), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				x := make([]byte, size)
+				x[0] = 1
+				sink = x
+			}
+		})
+	}
+}
+
+var sink []byte

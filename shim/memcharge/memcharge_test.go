@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 
 // testCgroup makes a memory cgroup limited to limit bytes beside the
 // shim's and returns its directory and its usage file.
-func testCgroup(t *testing.T, limit int64) (dir, usage string) {
+func testCgroup(t testing.TB, limit int64) (dir, usage string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a memory cgroup")
