@@ -23,6 +23,10 @@
 // oom_score_adj -1000), and ENOMEM when nothing can be freed — which the
 // engines answer as Linux does (ipcns.ErrNoMemory).
 //
+// Message text is not matched by the ballast but held in it: a second
+// file whose pages only the helper allocates, mapped into the shim
+// (arena.go, Ballast.AllocText), so the host holds a pod's messages once.
+//
 // The helper is a process in the pod's cgroup: it must leave before the
 // cgroup is removed (Evict, called before runc deletes the container
 // hosting it); the next growth starts a helper in the cgroup of another
