@@ -19,6 +19,11 @@ func TestMsgDifferential(t *testing.T) {
 	}
 	trapped := serve(t, harness.NewEnginesByInode(), bin)
 	diff(t, native, trapped)
+	if b := harness.TextBallast(); b != nil {
+		if _, held := b.TextUsage(); held == 0 {
+			t.Error("no message text went through the arena (the shim's path)")
+		}
+	}
 }
 
 // TestMsgSignalsDifferential runs testdata/sigprog.c's message cases:

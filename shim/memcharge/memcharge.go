@@ -249,6 +249,17 @@ func (b *Ballast) Usage() (charged, held int64) {
 	return charged, held
 }
 
+// TextUsage reports the bytes of message text the ballast holds and the
+// bytes of its text pages in the pod's cgroup.
+func (b *Ballast) TextUsage() (texts, held int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.text == nil {
+		return 0, 0
+	}
+	return b.text.inuse, b.text.filled
+}
+
 // Backed reports whether charges reach the pod's cgroup (false once no
 // helper could be started).
 func (b *Ballast) Backed() bool {

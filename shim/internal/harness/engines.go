@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"os"
 	"strconv"
 	"sync"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 )
 
 // EnginesByInode is a gateway.Handler for callers in any kernel IPC
@@ -37,10 +39,39 @@ func (e *EnginesByInode) Engines(ino uint64) *gateway.Engines {
 	n := e.nss[ino]
 	if n == nil {
 		n = gateway.NewEngines("ipc:"+strconv.FormatUint(ino, 10), e.Limits)
+		if b := podBallast(); b != nil {
+			_ = n.Sem().Resources().SetAccount(b)
+		}
 		e.nss[ino] = n
 	}
 	return n
 }
+
+// TextBallast returns the ballast that holds the tests' message text, or
+// nil.
+func TextBallast() *memcharge.Ballast { return podBallast() }
+
+// podBallast is the account of every namespace the tests serve, as the
+// shim's: message text in a memcharge arena whose helper sits in the test
+// process's own memory cgroup, so that the gateway's tests take the path
+// the shim takes. One ballast (one helper) for them all, as the shim
+// shares one among the namespaces a cgroup's processes make. Nil when
+// there is no memory cgroup to put the helper in (not root), or with
+// GATEWAY_TEXT_ARENA=0.
+var podBallast = sync.OnceValue(func() *memcharge.Ballast {
+	if os.Getenv("GATEWAY_TEXT_ARENA") == "0" || os.Geteuid() != 0 {
+		return nil
+	}
+	procs, err := memcharge.MemoryCgroup(os.Getpid())
+	if err != nil {
+		return nil
+	}
+	b, err := memcharge.New("tests", func() (string, []string, error) { return "", []string{procs}, nil }, nil)
+	if err != nil {
+		return nil
+	}
+	return b
+})
 
 // Sem returns the semaphore engine of kernel IPC namespace ino.
 func (e *EnginesByInode) Sem(ino uint64) *semengine.Engine { return e.Engines(ino).Sem() }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/ipcfilter"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/listener"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +43,9 @@ func Register(name string, f func(args []string) int) { funcs[name] = f }
 // MaybeChild turns the process into a harness child if it was started as
 // one, and never returns then. Call it first in TestMain.
 func MaybeChild() {
+	if len(os.Args) > 1 && os.Args[1] == memcharge.HelperArg {
+		os.Exit(memcharge.HelperMain()) // podBallast's helper
+	}
 	mode := os.Getenv(envMode)
 	if mode == "" {
 		return
