@@ -63,22 +63,20 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "memcharge"), os.NewFile(uintptr(fds[1]), "memcharge-helper")
 	defer theirs.Close()
-	dup, err := unix.FcntlInt(uintptr(memfd), unix.F_DUPFD_CLOEXEC, 0)
+	mf, err := dupFile(memfd, "ballast")
 	if err != nil {
 		mine.Close()
-		return nil, fmt.Errorf("dup the ballast: %w", err)
+		return nil, err
 	}
-	mf := os.NewFile(uintptr(dup), "ballast")
 	defer mf.Close()
 	cmd := exec.Command(exe(), HelperArg)
 	cmd.ExtraFiles = []*os.File{mf, theirs} // fds 3 and 4
 	if textfd >= 0 {
-		dup, err := unix.FcntlInt(uintptr(textfd), unix.F_DUPFD_CLOEXEC, 0)
+		tf, err := dupFile(textfd, "text file")
 		if err != nil {
 			mine.Close()
-			return nil, fmt.Errorf("dup the text file: %w", err)
+			return nil, err
 		}
-		tf := os.NewFile(uintptr(dup), "text")
 		defer tf.Close()
 		cmd.ExtraFiles = append(cmd.ExtraFiles, tf) // fd 5
 	}
@@ -104,6 +102,16 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 		}
 	}
 	return h, nil
+}
+
+// dupFile returns a copy of fd for a child's ExtraFiles, closed with the
+// *os.File without closing fd.
+func dupFile(fd int, name string) (*os.File, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup the %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(dup), name), nil
 }
 
 // helperTimeout bounds a round trip: reclaim and an OOM kill in the pod
