@@ -20,6 +20,10 @@ type Account interface {
 	Uncharge(bytes int64)
 }
 
+// ErrTextsLive is SetAccount's error for a TextStore that would replace
+// another whose texts are live.
+var ErrTextsLive = errors.New("ipcns: texts of the namespace's text store are live")
+
 // ErrNoMemory is the error of an Account that could not take a charge;
 // the engines answer ENOMEM where Linux's allocation would fail.
 var ErrNoMemory = errors.New("ipcns: the pod's memory cannot hold the object")
@@ -32,7 +36,9 @@ type TextStore interface {
 	// AllocText returns n bytes for a text. ErrNoMemory: the pod's
 	// memory cannot hold them; another error: the store cannot take
 	// the text now, which then goes to the heap, charged as usual.
-	AllocText(n int) ([]byte, error)
+	// With grow false it takes only memory the store already holds
+	// (no allocation in the pod) and fails otherwise.
+	AllocText(n int, grow bool) ([]byte, error)
 	// FreeText gives a text back, and reports false if it is not one
 	// of the store's.
 	FreeText(t []byte) bool
@@ -53,10 +59,15 @@ type charge struct {
 }
 
 // SetAccount makes a charge everything the namespace's objects hold from
-// now on, starting with what they hold already.
+// now on, starting with what they hold already. An account that is a
+// TextStore cannot replace another while texts of that one are live
+// (ErrTextsLive): they could not be given back to it.
 func (ns *Resources) SetAccount(a Account) error {
 	ns.charge.mu.Lock()
 	defer ns.charge.mu.Unlock()
+	if ts, ok := a.(TextStore); ok && ns.charge.texts != nil && ts != ns.charge.texts && ns.charge.text.Load() != 0 {
+		return ErrTextsLive
+	}
 	if a != nil {
 		if err := a.Charge(ns.charge.charged.Load()); err != nil {
 			return err
@@ -117,7 +128,7 @@ func (ns *Resources) AllocText(n int64) ([]byte, error) {
 	ns.charge.mu.RLock()
 	defer ns.charge.mu.RUnlock()
 	if ts, ok := ns.charge.account.(TextStore); ok {
-		t, err := ts.AllocText(int(n))
+		t, err := ts.AllocText(int(n), true)
 		if err == nil {
 			ns.charge.text.Add(n)
 			return t, nil
@@ -130,6 +141,28 @@ func (ns *Resources) AllocText(n int64) ([]byte, error) {
 		return nil, err
 	}
 	return make([]byte, n), nil
+}
+
+// TryAllocText returns n bytes for a message text from memory the
+// account's TextStore already holds, or false: it never allocates in the
+// pod (no reclaim, no OOM kill), so a call may take it before the checks
+// that could fail it. The text must be given back with FreeText, once.
+func (ns *Resources) TryAllocText(n int64) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	ns.charge.mu.RLock()
+	defer ns.charge.mu.RUnlock()
+	ts, ok := ns.charge.account.(TextStore)
+	if !ok {
+		return nil, false
+	}
+	t, err := ts.AllocText(int(n), false)
+	if err != nil {
+		return nil, false
+	}
+	ns.charge.text.Add(n)
+	return t, true
 }
 
 // FreeText gives back a text AllocText returned.

@@ -51,7 +51,7 @@ type textStore struct {
 
 var errNotHere = errors.New("not here")
 
-func (s *textStore) AllocText(n int) ([]byte, error) {
+func (s *textStore) AllocText(n int, _ bool) ([]byte, error) {
 	if s.texts+n > s.limit {
 		if s.heap {
 			return nil, errNotHere
@@ -102,5 +102,27 @@ func TestTexts(t *testing.T) {
 	ns.FreeText(h)
 	if s.texts != 0 || ns.Charged() != 0 {
 		t.Fatalf("after freeing: store %d, Charged %d", s.texts, ns.Charged())
+	}
+}
+
+// A text store cannot replace another whose texts are live: they could
+// not be given back.
+func TestTextStoreNotReplacedWithTextsLive(t *testing.T) {
+	ns := ipcns.NewResources("t", ipcns.DefaultLimits())
+	a := &textStore{capped: capped{limit: 1000}, limit: 100, mine: map[*byte]bool{}}
+	b := &textStore{capped: capped{limit: 1000}, limit: 100, mine: map[*byte]bool{}}
+	if err := ns.SetAccount(a); err != nil {
+		t.Fatal(err)
+	}
+	x, err := ns.AllocText(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.SetAccount(b); err != ipcns.ErrTextsLive {
+		t.Fatalf("replaced with texts live: %v", err)
+	}
+	ns.FreeText(x)
+	if err := ns.SetAccount(b); err != nil || a.texts != 0 {
+		t.Fatalf("replaced once none is live: %v, old store %d", err, a.texts)
 	}
 }

@@ -3,6 +3,7 @@ package memcharge
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sort"
 	"time"
 	"unsafe"
@@ -22,50 +23,56 @@ import (
 // allocates, mapped into the shim. The pod is charged for the arena's
 // pages, and the host holds them once.
 //
-// Layout. The arena's file is cut into blocks of blockSize bytes. A block
-// is a hole (no pages), free (pages the helper allocated, not in use), or
-// a slab: objects of one size class, the free ones linked through their
-// first four bytes (as the kernel's slab allocators do). The file is
-// mapped into the shim in chunks: a chunk of chunkBlocks blocks holds the
-// slabs; a text larger than a block gets a chunk of its own, exactly as
-// many blocks as it needs, freed whole.
+// Layout. The file is mapped into the shim in chunks of chunkBlocks
+// blocks of blockPages pages. A text of more than slabMax bytes takes a
+// run of whole pages inside one block, as msg_msg takes whole pages for
+// its segments; a smaller one takes an object of a one-page slab of its
+// size class (kmalloc's classes), the free objects linked through their
+// first two bytes. A text larger than a block gets a chunk of its own,
+// freed whole.
 //
-// Charging. A block becomes free only by the helper's fallocate (fill): a
-// page the shim touches is always one the pod was charged for. Beyond
-// keepFree free blocks, a freed block's pages are punched out (uncharged)
-// and it becomes a hole again; the next fill reuses the holes first.
+// Charging. A page is used only after the helper's fallocate allocated
+// it (fill): a page the shim touches is always one the pod was charged
+// for. A fill covers the holes of a whole block, so that a filling queue
+// makes one helper round trip per block, not per message. Freed pages
+// stay allocated for the next texts up to keepFreePages; beyond that they
+// are punched out of the file at once (uncharged). So what the pod is
+// charged for beyond its texts is the free room of its slab pages (as
+// with the kernel's slabs), the page rounding of larger texts (as
+// msg_msg's), and at most keepFreePages plus one block's fill.
 //
-// Safety. The shim never faults on a text: a chunk stays mapped while any
-// text in it is live. Close punches every page and closes the file, but
-// unmaps a chunk only once its last live text is freed, so a text used
-// after Close reads zeros. A text is freed exactly once, by its engine
-// (ipcns.Resources.FreeText); a double free is detected only in so far as
-// the object's class or block no longer match.
+// Safety. The shim never faults on a text: a chunk stays mapped while
+// any text in it is live. Close punches every page and closes the file,
+// but unmaps a chunk only once its last live text is freed, so a text
+// used after Close reads zeros (a page touched then is allocated anew,
+// charged to the shim). A text is freed exactly once, by its engine
+// (ipcns.Resources.FreeText).
 //
 // Ballast.mu protects every field of an arena.
 
 const (
-	blockSize   = Granule
-	chunkBlocks = 256 // 64 MiB of address space per chunk of slabs
-	// keepFree is how many free blocks are kept filled for the next
+	pageSize    = 4096
+	blockPages  = 64 // a block's pages are the bits of a uint64
+	blockSize   = blockPages * pageSize
+	chunkBlocks = 256 // 64 MiB of address space per chunk
+	// slabMax is the largest text kept in a slab; larger ones take whole
+	// pages.
+	slabMax = 2048
+	// keepFreePages is how many freed pages stay allocated for the next
 	// texts, so that a queue filled and emptied in turn does not make a
-	// helper round trip per block.
-	keepFree = 3
+	// helper round trip per message.
+	keepFreePages = blockPages
 	// maxArenaText is the largest text the arena holds (a chunk of its
 	// own); larger ones (msgmax raised beyond it) go to the shim's heap,
 	// charged to the ballast.
 	maxArenaText = chunkBlocks * blockSize
+	// maxBigChunks bounds the chunks of their own (a mapping each,
+	// against vm.max_map_count); beyond it large texts go to the heap.
+	maxBigChunks = 1024
 )
 
-// classSizes are the object sizes of slab blocks: kmalloc's small classes,
-// then every page multiple up to a block.
-var classSizes = func() []int32 {
-	s := []int32{16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072}
-	for n := int32(4096); n <= blockSize; n += 4096 {
-		s = append(s, n)
-	}
-	return s
-}()
+// classSizes are the object sizes of slab pages: kmalloc's small classes.
+var classSizes = [...]uint16{16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048}
 
 // classOf returns the index of the smallest class that holds n bytes.
 func classOf(n int) int {
@@ -77,22 +84,19 @@ func classOf(n int) int {
 // gone); the caller keeps it in the heap instead.
 var errNotArena = errors.New("memcharge: text not held in the arena")
 
-const (
-	blockHole = -2 // no pages
-	blockFree = -1 // filled, not in use
-	// a block with class >= 0 is a slab of classSizes[class], or with
-	// class == bigClass, a chunk of its own.
-	bigClass = 1 << 15
-)
-
-// block is a block's state in its chunk.
+// block is the state of a block's pages: bit i is page i.
 type block struct {
-	class int32
-	inuse int32  // live objects
-	bump  int32  // objects never handed out start here
-	free  uint32 // first free object + 1 (0: none); linked through the objects
-	// partialOf is the class whose partial stack holds the block, or -1.
-	partialOf int32
+	used   uint64 // in a text's run or a slab
+	filled uint64 // allocated by the helper, not punched since
+}
+
+// slab is the state of a page used as a slab (class >= 0).
+type slab struct {
+	class     int8 // -1: not a slab
+	partialOf int8 // the class whose partial stack holds the page, or -1
+	inuse     uint16
+	bump      uint16 // objects never handed out start here
+	free      uint16 // first free object + 1 (0: none); linked through the objects
 }
 
 // chunk is one mapping of the arena's file.
@@ -100,7 +104,20 @@ type chunk struct {
 	off    int64 // in the file
 	mem    []byte
 	blocks []block
-	live   int // live texts, for unmapping after Close
+	slabs  []slab // per page
+	big    bool   // one text's chunk of its own
+	live   int    // live texts, for unmapping after Close
+}
+
+// pageRef names a page of a chunk.
+type pageRef struct {
+	c *chunk
+	p int32
+}
+
+func (r pageRef) mem() []byte {
+	o := int(r.p) * pageSize
+	return r.c.mem[o : o+pageSize : o+pageSize]
 }
 
 // arena is a Ballast's message text store.
@@ -108,26 +125,14 @@ type arena struct {
 	fd     int // -1 once closed
 	chunks []*chunk
 	next   int64 // file offset of the next chunk
-	// free lists the free blocks, holes the punched ones of chunks of
-	// slabs; both as (chunk, block) pairs.
-	free, holes []blockRef
-	// partial, per class, is a stack of slabs that may have free objects
-	// (stale entries are skipped: block.partialOf says which are not).
-	partial [][]blockRef
-	filled  int64 // bytes of pages the helper allocated
-	inuse   int64 // bytes of live texts
-}
-
-type blockRef struct {
-	c *chunk
-	i int32
-}
-
-func (r blockRef) b() *block { return &r.c.blocks[r.i] }
-
-func (r blockRef) mem() []byte {
-	o := int(r.i) * blockSize
-	return r.c.mem[o : o+blockSize : o+blockSize]
+	bigs   int   // live chunks of their own
+	// partial, per class, is a stack of slab pages that may have free
+	// objects (stale entries are skipped: slab.partialOf says which are
+	// not).
+	partial   [len(classSizes)][]pageRef
+	filled    int64 // bytes of pages the helper allocated
+	inuse     int64 // bytes of live texts
+	freePages int   // pages filled and not used
 }
 
 func newArena(name string) (*arena, error) {
@@ -135,14 +140,16 @@ func newArena(name string) (*arena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	return &arena{fd: fd, partial: make([][]blockRef, len(classSizes))}, nil
+	return &arena{fd: fd}, nil
 }
 
 // AllocText returns n bytes for a message text, in pages charged to the
-// pod. It fails with ipcns.ErrNoMemory when the pod's memory cannot hold
-// them, and with another error when the text should go to the heap (the
-// arena is closed or its pages cannot be charged now).
-func (b *Ballast) AllocText(n int) ([]byte, error) {
+// pod. With grow false it only takes pages already allocated (no helper
+// round trip, no reclaim in the pod). It fails with ipcns.ErrNoMemory
+// when the pod's memory cannot hold them, and with another error when the
+// text should go to the heap (the arena is closed, or its pages cannot be
+// charged now) or, without grow, when it would have to grow.
+func (b *Ballast) AllocText(n int, grow bool) ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	a := b.text
@@ -150,92 +157,170 @@ func (b *Ballast) AllocText(n int) ([]byte, error) {
 		return nil, errNotArena
 	}
 	if n > blockSize {
+		if !grow || a.bigs >= maxBigChunks {
+			return nil, errNotArena
+		}
 		return b.allocBigLocked(n)
 	}
+	if n > slabMax {
+		r, err := b.pagesLocked((n+pageSize-1)/pageSize, grow)
+		if err != nil {
+			return nil, err
+		}
+		r.c.live++
+		a.inuse += int64(n)
+		return r.c.mem[int(r.p)*pageSize:][:n:n], nil
+	}
 	cl := classOf(n)
-	r, err := b.slabLocked(cl)
+	r, err := b.slabLocked(cl, grow)
 	if err != nil {
 		return nil, err
 	}
-	blk := r.b()
+	s := &r.c.slabs[r.p]
 	size := int(classSizes[cl])
 	var idx int
-	if blk.free != 0 {
-		idx = int(blk.free - 1)
-		next := *(*uint32)(unsafe.Pointer(&r.mem()[idx*size]))
-		if int(next) > blockSize/size {
-			// The link was overwritten (a text written after its
-			// free): drop the rest of the list rather than follow it.
-			next = 0
+	if s.free != 0 {
+		idx = int(s.free - 1)
+		next := *(*uint16)(unsafe.Pointer(&r.mem()[idx*size]))
+		if int(next) > pageSize/size {
+			next = 0 // the link was overwritten: drop the rest of the list
 		}
-		blk.free = next
+		s.free = next
 	} else {
-		idx = int(blk.bump)
-		blk.bump++
+		idx = int(s.bump)
+		s.bump++
 	}
-	blk.inuse++
+	s.inuse++
 	r.c.live++
 	a.inuse += int64(n)
 	o := idx * size
 	return r.mem()[o : o+n : o+n], nil
 }
 
-// slabLocked returns a slab of class cl with a free object.
-func (b *Ballast) slabLocked(cl int) (blockRef, error) {
+// slabLocked returns a slab page of class cl with a free object.
+func (b *Ballast) slabLocked(cl int, grow bool) (pageRef, error) {
 	a := b.text
 	st := a.partial[cl]
 	for len(st) > 0 {
 		r := st[len(st)-1]
-		blk := r.b()
-		if blk.partialOf != int32(cl) {
-			st = st[:len(st)-1] // stale
-			continue
+		s := &r.c.slabs[r.p]
+		if s.partialOf == int8(cl) {
+			if s.class == int8(cl) && (s.free != 0 || int(s.bump) < pageSize/int(classSizes[cl])) {
+				a.partial[cl] = st
+				return r, nil
+			}
+			s.partialOf = -1
 		}
-		if blk.class == int32(cl) && (blk.free != 0 || int(blk.bump) < blockSize/int(classSizes[cl])) {
-			a.partial[cl] = st
-			return r, nil
-		}
-		blk.partialOf = -1
-		st = st[:len(st)-1]
+		st = st[:len(st)-1] // full, or stale
 	}
 	a.partial[cl] = st
-	r, err := b.blockLocked()
+	r, err := b.pagesLocked(1, grow)
 	if err != nil {
-		return blockRef{}, err
+		return pageRef{}, err
 	}
-	*r.b() = block{class: int32(cl), partialOf: int32(cl)}
+	r.c.slabs[r.p] = slab{class: int8(cl), partialOf: int8(cl)}
 	a.partial[cl] = append(a.partial[cl], r)
 	return r, nil
 }
 
-// blockLocked returns a filled block: a free one, else a hole or a block
-// of a new chunk, filled by the helper.
-func (b *Ballast) blockLocked() (blockRef, error) {
+// pagesLocked returns the first of k free pages in a row inside a block,
+// allocated by the helper: pages that are already allocated if there are,
+// else (with grow) a block's holes filled, else a new chunk's.
+func (b *Ballast) pagesLocked(k int, grow bool) (pageRef, error) {
 	a := b.text
-	if n := len(a.free); n > 0 {
-		r := a.free[n-1]
-		a.free = a.free[:n-1]
+	if r, ok := a.findRun(k, true); ok {
 		return r, nil
 	}
-	var r blockRef
-	if n := len(a.holes); n > 0 {
-		r = a.holes[n-1]
-	} else {
+	if !grow {
+		return pageRef{}, errNotArena
+	}
+	r, ok := a.findRun(k, false)
+	if !ok {
 		c, err := a.mapChunk(chunkBlocks)
 		if err != nil {
-			return blockRef{}, err
+			return pageRef{}, err
 		}
-		for i := int32(chunkBlocks - 1); i >= 0; i-- {
-			a.holes = append(a.holes, blockRef{c, i})
-		}
-		r = a.holes[len(a.holes)-1]
+		r = pageRef{c, 0}
+		a.take(r, k)
 	}
-	if err := b.fillTextLocked(r.c.off+int64(r.i)*blockSize, blockSize); err != nil {
-		return blockRef{}, err
+	// Fill the holes of the whole block: one round trip for the texts
+	// that will follow this one.
+	blk := &r.c.blocks[int(r.p)/blockPages]
+	holes := ^blk.filled
+	if err := b.fillTextLocked(r.c.off+int64(int(r.p)/blockPages)*blockSize, blockSize); err != nil {
+		a.untake(r, k)
+		return pageRef{}, err
 	}
-	a.holes = a.holes[:len(a.holes)-1]
-	*r.b() = block{class: blockFree, partialOf: -1}
+	blk.filled = ^uint64(0)
+	added := bits.OnesCount64(holes)
+	a.filled += int64(added) * pageSize
+	// The run's pages were taken; the block's other holes are free now.
+	a.freePages += added - bits.OnesCount64(holes&runMask(int(r.p)%blockPages, k))
 	return r, nil
+}
+
+// findRun finds k free pages in a row inside one block and takes them;
+// with filled, only pages already allocated.
+func (a *arena) findRun(k int, filled bool) (pageRef, bool) {
+	for _, c := range a.chunks {
+		if c.big {
+			continue
+		}
+		for i := range c.blocks {
+			blk := &c.blocks[i]
+			free := ^blk.used
+			if filled {
+				free &= blk.filled
+			}
+			if bits.OnesCount64(free) < k {
+				continue
+			}
+			if j, ok := runStart(free, k); ok {
+				r := pageRef{c, int32(i*blockPages + j)}
+				a.take(r, k)
+				return r, true
+			}
+		}
+	}
+	return pageRef{}, false
+}
+
+// take marks k pages from r used.
+func (a *arena) take(r pageRef, k int) {
+	blk := &r.c.blocks[int(r.p)/blockPages]
+	m := runMask(int(r.p)%blockPages, k)
+	blk.used |= m
+	a.freePages -= bits.OnesCount64(m & blk.filled)
+}
+
+// untake marks k pages from r free again.
+func (a *arena) untake(r pageRef, k int) {
+	blk := &r.c.blocks[int(r.p)/blockPages]
+	m := runMask(int(r.p)%blockPages, k)
+	blk.used &^= m
+	a.freePages += bits.OnesCount64(m & blk.filled)
+}
+
+// runMask is the bits of k pages from page j of a block.
+func runMask(j, k int) uint64 {
+	if k == blockPages {
+		return ^uint64(0)
+	}
+	return (uint64(1)<<k - 1) << j
+}
+
+// runStart returns the lowest j such that bits j..j+k-1 of free are set.
+func runStart(free uint64, k int) (int, bool) {
+	m := free
+	for s := 1; s < k; {
+		t := min(s, k-s)
+		m &= m >> t
+		s += t
+	}
+	if m == 0 {
+		return 0, false
+	}
+	return bits.TrailingZeros64(m), true
 }
 
 // allocBigLocked gives a text larger than a block a chunk of its own.
@@ -246,18 +331,21 @@ func (b *Ballast) allocBigLocked(n int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.big = true
 	if err := b.fillTextLocked(c.off, int64(blocks)*blockSize); err != nil {
 		a.unmap(c)
 		return nil, err
 	}
-	c.blocks[0].class = bigClass
+	a.filled += int64(blocks) * blockSize
+	a.bigs++
 	c.live = 1
 	a.inuse += int64(n)
 	return c.mem[:n:n], nil
 }
 
 // fillTextLocked has the helper allocate the arena's pages [off,
-// off+length): errNotArena if the pod cannot be charged now.
+// off+length) (those not yet allocated): errNotArena if the pod cannot be
+// charged now.
 func (b *Ballast) fillTextLocked(off, length int64) error {
 	if time.Now().Before(b.unbackedUntil) {
 		return errNotArena
@@ -269,7 +357,6 @@ func (b *Ballast) fillTextLocked(off, length int64) error {
 	if !backed {
 		return errNotArena
 	}
-	b.text.filled += length
 	return nil
 }
 
@@ -283,12 +370,12 @@ func (a *arena) mapChunk(blocks int) (*chunk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: map the text file: %v", errNotArena, err)
 	}
-	c := &chunk{off: a.next, mem: mem, blocks: make([]block, blocks)}
-	for i := range c.blocks {
-		c.blocks[i] = block{class: blockHole, partialOf: -1}
+	c := &chunk{off: a.next, mem: mem, blocks: make([]block, blocks), slabs: make([]slab, blocks*blockPages)}
+	for i := range c.slabs {
+		c.slabs[i] = slab{class: -1, partialOf: -1}
 	}
 	a.next += size
-	// Keep chunks sorted by address, for FreeText's lookup.
+	// Chunks are kept sorted by address, for FreeText's lookup.
 	i := sort.Search(len(a.chunks), func(i int) bool { return chunkAddr(a.chunks[i]) > chunkAddr(c) })
 	a.chunks = append(a.chunks, nil)
 	copy(a.chunks[i+1:], a.chunks[i:])
@@ -326,7 +413,7 @@ func (a *arena) chunkOf(p uintptr) *chunk {
 // FreeText gives back a text AllocText returned, and reports false if t
 // is not the arena's (a heap text).
 func (b *Ballast) FreeText(t []byte) bool {
-	if cap(t) == 0 {
+	if len(t) == 0 {
 		return false
 	}
 	b.mu.Lock()
@@ -340,56 +427,80 @@ func (b *Ballast) FreeText(t []byte) bool {
 	if c == nil {
 		return false
 	}
-	a.inuse -= int64(len(t))
-	c.live--
-	if a.fd < 0 {
-		// Closed: the pages are gone; the mapping goes with its last text.
-		if c.live == 0 {
-			a.unmap(c)
+	o := int(p - chunkAddr(c))
+	if c.big {
+		a.bigs--
+		if a.fd >= 0 {
+			a.punch(c.off, int64(len(c.mem)))
+			a.filled -= int64(len(c.mem))
 		}
-		return true
-	}
-	if c.blocks[0].class == bigClass {
-		a.punch(c.off, int64(len(c.mem)))
+		a.release(c, len(t))
 		a.unmap(c)
 		return true
 	}
-	o := int(p - chunkAddr(c))
-	r := blockRef{c, int32(o / blockSize)}
-	blk := r.b()
-	if blk.class < 0 {
+	r := pageRef{c, int32(o / pageSize)}
+	if len(t) > slabMax {
+		k := (len(t) + pageSize - 1) / pageSize
+		m := runMask(int(r.p)%blockPages, k)
+		if c.blocks[int(r.p)/blockPages].used&m != m {
+			return true // a double free: nothing to give back
+		}
+		a.freeRun(r, k)
+		a.release(c, len(t))
+		return true
+	}
+	s := &c.slabs[r.p]
+	if s.class < 0 || s.inuse == 0 {
 		return true // a double free: nothing to give back
 	}
-	size := int(classSizes[blk.class])
-	idx := (o % blockSize) / size
-	*(*uint32)(unsafe.Pointer(&r.mem()[idx*size])) = blk.free
-	blk.free = uint32(idx + 1)
-	blk.inuse--
-	if blk.inuse == 0 {
-		a.releaseBlock(r)
-	} else if blk.partialOf != blk.class {
-		blk.partialOf = blk.class
-		a.partial[blk.class] = append(a.partial[blk.class], r)
+	size := int(classSizes[s.class])
+	idx := (o % pageSize) / size
+	if a.fd >= 0 {
+		*(*uint16)(unsafe.Pointer(&r.mem()[idx*size])) = s.free
+		s.free = uint16(idx + 1)
 	}
+	s.inuse--
+	switch {
+	case s.inuse == 0:
+		*s = slab{class: -1, partialOf: -1}
+		a.freeRun(r, 1)
+	case s.partialOf != s.class:
+		s.partialOf = s.class
+		a.partial[s.class] = append(a.partial[s.class], r)
+	}
+	a.release(c, len(t))
 	return true
 }
 
-// releaseBlock makes an empty slab free, or a hole beyond keepFree.
-func (a *arena) releaseBlock(r blockRef) {
-	blk := r.b()
-	if len(a.free) < keepFree {
-		*blk = block{class: blockFree, partialOf: -1}
-		a.free = append(a.free, r)
-		return
+// release counts a text of n bytes of chunk c gone; after Close, the
+// chunk goes with its last text.
+func (a *arena) release(c *chunk, n int) {
+	a.inuse -= int64(n)
+	c.live--
+	if a.fd < 0 && c.live == 0 {
+		a.unmap(c)
 	}
-	a.punch(r.c.off+int64(r.i)*blockSize, blockSize)
-	*blk = block{class: blockHole, partialOf: -1}
-	a.holes = append(a.holes, r)
 }
 
-// punch gives pages of the file back (uncharging the pod).
+// freeRun frees k pages from r: kept allocated up to keepFreePages,
+// punched beyond.
+func (a *arena) freeRun(r pageRef, k int) {
+	a.untake(r, k)
+	if a.fd < 0 || a.freePages <= keepFreePages {
+		return
+	}
+	blk := &r.c.blocks[int(r.p)/blockPages]
+	m := runMask(int(r.p)%blockPages, k) & blk.filled
+	blk.filled &^= m
+	n := bits.OnesCount64(m)
+	a.freePages -= n
+	a.filled -= int64(n) * pageSize
+	a.punch(r.c.off+int64(r.p)*pageSize, int64(k)*pageSize)
+}
+
+// punch gives pages of the file back (uncharging the pod); the caller
+// counts them off filled.
 func (a *arena) punch(off, length int64) {
-	a.filled -= length
 	_ = unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 }
 
@@ -402,8 +513,7 @@ func (a *arena) close() {
 	_ = unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, a.next)
 	unix.Close(a.fd)
 	a.fd = -1
-	a.filled = 0
-	a.free, a.holes = nil, nil
+	a.filled, a.freePages = 0, 0
 	for i := range a.partial {
 		a.partial[i] = nil
 	}

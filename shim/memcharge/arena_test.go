@@ -42,7 +42,7 @@ func rssAnon(t *testing.T) int64 {
 
 // Texts live in the pod's pages: the cgroup's usage grows by what they
 // hold, the shim's anonymous memory does not, and freeing them gives the
-// pages back but for keepFree blocks.
+// pages back but for keepFreePages.
 func TestTextsInPodPages(t *testing.T) {
 	dir, usage := testCgroup(t, 256<<20)
 	b := newBallast(t, dir)
@@ -55,7 +55,7 @@ func TestTextsInPodPages(t *testing.T) {
 	texts := make([][]byte, n)
 	for i := range texts {
 		var err error
-		if texts[i], err = b.AllocText(size); err != nil {
+		if texts[i], err = b.AllocText(size, true); err != nil {
 			t.Fatalf("text %d: %v", i, err)
 		}
 		fillPattern(texts[i], i)
@@ -78,10 +78,10 @@ func TestTextsInPodPages(t *testing.T) {
 			t.Fatalf("text %d not the arena's", i)
 		}
 	}
-	if charged, _ := b.Usage(); charged != 0 || b.text.filled > keepFree*blockSize {
+	if charged, _ := b.Usage(); charged != 0 || b.text.filled > keepFreePages*pageSize {
 		t.Fatalf("after freeing all: charged %d, text pages %d", charged, b.text.filled)
 	}
-	if after := readInt(t, usage) - before; after > (keepFree+4)*blockSize {
+	if after := readInt(t, usage) - before; after > keepFreePages*pageSize+4*blockSize {
 		t.Fatalf("cgroup usage still %d bytes above its start", after)
 	}
 }
@@ -113,7 +113,7 @@ func TestTextsDoNotOverlap(t *testing.T) {
 		case 1:
 			n = 4096 + rng.IntN(blockSize-4096)
 		}
-		x, err := b.AllocText(n)
+		x, err := b.AllocText(n, true)
 		if err != nil {
 			t.Fatalf("text %d of %d bytes: %v", id, n, err)
 		}
@@ -135,7 +135,7 @@ func TestTextsDoNotOverlap(t *testing.T) {
 	for _, x := range live {
 		b.FreeText(x)
 	}
-	if charged, _ := b.Usage(); charged != 0 || b.text.filled > keepFree*blockSize {
+	if charged, _ := b.Usage(); charged != 0 || b.text.filled > keepFreePages*pageSize {
 		t.Fatalf("after freeing all: charged %d, text pages %d", charged, b.text.filled)
 	}
 	if b.FreeText(make([]byte, 10)) {
@@ -153,7 +153,7 @@ func TestTextRefusedAtLimit(t *testing.T) {
 	var err error
 	for len(texts) < 2*limit/8192 {
 		var x []byte
-		if x, err = b.AllocText(8192); err != nil {
+		if x, err = b.AllocText(8192, true); err != nil {
 			break
 		}
 		texts = append(texts, x)
@@ -167,7 +167,7 @@ func TestTextRefusedAtLimit(t *testing.T) {
 	for _, x := range texts[:len(texts)/2] {
 		b.FreeText(x)
 	}
-	if _, err := b.AllocText(8192); err != nil {
+	if _, err := b.AllocText(8192, true); err != nil {
 		t.Fatalf("a text after freeing half: %v", err)
 	}
 }
@@ -177,11 +177,11 @@ func TestTextRefusedAtLimit(t *testing.T) {
 func TestTextAfterClose(t *testing.T) {
 	dir, _ := testCgroup(t, 64<<20)
 	b := newBallast(t, dir)
-	small, err := b.AllocText(100)
+	small, err := b.AllocText(100, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, err := b.AllocText(blockSize + 1)
+	big, err := b.AllocText(blockSize+1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestTextAfterClose(t *testing.T) {
 		t.Fatal("texts still hold data after Close")
 	}
 	small[0] = 1 // no fault
-	if _, err := b.AllocText(100); err == nil {
+	if _, err := b.AllocText(100, true); err == nil {
 		t.Fatal("a text from a closed arena")
 	}
 	if !b.FreeText(small) || !b.FreeText(big) {
@@ -217,11 +217,11 @@ func BenchmarkText(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer bal.Close()
-			x, _ := bal.AllocText(size) // the first block
+			x, _ := bal.AllocText(size, true) // the first block
 			bal.FreeText(x)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				x, err := bal.AllocText(size)
+				x, err := bal.AllocText(size, true)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -240,3 +240,72 @@ func BenchmarkText(b *testing.B) {
 }
 
 var sink []byte
+
+// The pod is charged for the pages its texts take, not a block per size:
+// texts of every small class and of 1 to 16 pages take their own pages,
+// rounded up to at most one block's fill, and all freed leave at most
+// keepFreePages allocated.
+func TestTextsShareBlocks(t *testing.T) {
+	dir, _ := testCgroup(t, 256<<20)
+	b := newBallast(t, dir)
+	var texts [][]byte
+	pages := 0
+	for _, s := range classSizes {
+		texts = append(texts, nil)
+		pages++ // a slab page each
+		var err error
+		if texts[len(texts)-1], err = b.AllocText(int(s), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := 1; k <= 16; k++ {
+		x, err := b.AllocText(k*pageSize-100, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, x)
+		pages += k
+	}
+	if _, filled := b.TextUsage(); filled > int64(pages)*pageSize+blockSize {
+		t.Fatalf("%d pages of texts hold %d bytes of pages (%d blocks)", pages, filled, filled/blockSize)
+	}
+	for i, x := range texts {
+		fillPattern(x, i)
+	}
+	for i, x := range texts {
+		if !hasPattern(x, i) {
+			t.Fatalf("text %d overwritten", i)
+		}
+		b.FreeText(x)
+	}
+	if inuse, filled := b.TextUsage(); inuse != 0 || filled > keepFreePages*pageSize {
+		t.Fatalf("after freeing all: texts %d, pages %d", inuse, filled)
+	}
+}
+
+// Without grow a text comes only from pages already allocated: nothing
+// new is charged to the pod.
+func TestTextWithoutGrow(t *testing.T) {
+	dir, _ := testCgroup(t, 64<<20)
+	b := newBallast(t, dir)
+	if _, err := b.AllocText(100, false); err == nil {
+		t.Fatal("a text without pages and without grow")
+	}
+	if _, held := b.TextUsage(); held != 0 {
+		t.Fatalf("%d bytes of pages allocated without grow", held)
+	}
+	x, err := b.AllocText(100, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := b.TextUsage()
+	y, err := b.AllocText(8192, false) // room in the block already filled
+	if err != nil {
+		t.Fatalf("a text from pages already allocated: %v", err)
+	}
+	if _, h := b.TextUsage(); h != held {
+		t.Fatalf("pages grew from %d to %d without grow", held, h)
+	}
+	b.FreeText(x)
+	b.FreeText(y)
+}

@@ -36,9 +36,10 @@ const (
 	fileText    = 1
 )
 
-// startHelper starts a helper with memfd and textfd (-1: none), puts it in the cgroup host
-// names, and protects it from the pod's OOM killer. The helper allocates
-// nothing before it is told to, so every page it allocates is the pod's.
+// startHelper starts a helper with memfd and textfd (-1: none), puts it
+// in the cgroup host names, and protects it from the pod's OOM killer.
+// The helper allocates nothing before it is told to, so every page it
+// allocates is the pod's.
 func startHelper(memfd, textfd int, host Host) (*helper, error) {
 	if os.Getenv(helperEnv) != "" {
 		// This process was started as a helper but is not one (a binary
