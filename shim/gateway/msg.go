@@ -56,22 +56,27 @@ func (n *Engines) msgsnd(r *Request) {
 	msqid, msgp, msgsz, flg := int32(r.Arg(0)), r.Arg(1), int64(r.Arg(2)), int(int32(r.Arg(3)))
 	var mtype int64
 	var data []byte
-	read := false
+	read, owned := false, false
 	res := eng.Resources()
 	if msqid >= 0 && msgsz >= 0 && msgsz <= int64(uint32(res.Limits().MsgMax)) {
 		// One copy of mtype and text; the order of the errors only
 		// matters when it fails, and then the slow path below redoes it.
 		// The text is read straight into the memory the queue keeps
-		// (load_msg's buffer, charged to the pod): no mtype rounds
-		// its allocation up, and no copy follows.
+		// (load_msg's buffer, in the pod's pages) if the namespace has
+		// that memory at hand: nothing is allocated in the pod before
+		// the checks that could fail the call, as in Linux. Otherwise
+		// it is read into the heap and the engine copies it after its
+		// checks.
+		buf, ok := res.TryAllocText(msgsz)
+		if !ok {
+			buf = make([]byte, msgsz)
+		}
 		var h [mtypeSize]byte
-		if buf, err := res.AllocText(msgsz); err == nil {
-			if r.Task.ReadMem2(msgp, h[:], buf) == nil {
-				mtype = abi.UnmarshalMtype(h[:])
-				data, read = buf, true
-			} else {
-				res.FreeText(buf)
-			}
+		if r.Task.ReadMem2(msgp, h[:], buf) == nil {
+			mtype = abi.UnmarshalMtype(h[:])
+			data, read, owned = buf, true, ok
+		} else if ok {
+			res.FreeText(buf)
 		}
 	}
 	if !read {
@@ -95,9 +100,9 @@ func (n *Engines) msgsnd(r *Request) {
 			r.Reply(0, err)
 			return
 		}
-		data = buf
+		data, owned = buf, true
 	}
-	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Owned: true, Flags: flg}
+	op := &msgengine.SndOp{MsqID: msqid, Type: mtype, Data: data, Owned: owned, Flags: flg}
 	op.Commit = func() bool { return r.commit(0) }
 	op.Done = r.ended
 	op.NoSleep = r.restarted

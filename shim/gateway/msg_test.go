@@ -41,3 +41,24 @@ func TestMsgSignalsDifferential(t *testing.T) {
 	logStats(t, g)
 	diff(t, native, trapped)
 }
+
+// A msgsnd that Linux fails before load_msg (EINVAL for mtype 0, EFAULT
+// reading mtype) allocates nothing in the pod: no helper round trip, no
+// reclaim or OOM kill for a call that fails anyway.
+func TestMsgsndRefusedChargesNothing(t *testing.T) {
+	b := harness.TextBallast()
+	if b == nil {
+		t.Skip("no arena (not root, or GATEWAY_TEXT_ARENA=0)")
+	}
+	bin := buildC(t, "testdata/badsnd.c")
+	native, err := harness.NativeCommand(bin).Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	_, held0 := b.TextUsage()
+	trapped := serve(t, harness.NewEnginesByInode(), bin)
+	diff(t, native, trapped)
+	if _, held := b.TextUsage(); held != held0 {
+		t.Errorf("failed msgsnd calls charged %d bytes of text pages to the pod", held-held0)
+	}
+}
