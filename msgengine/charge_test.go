@@ -8,6 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// msgBytes is the charge of a message of size bytes of text held in the
+// heap: its record and its text.
+func msgBytes(size int64) int64 { return msgBase + size }
+
 type capAccount struct{ used, limit int64 }
 
 func (a *capAccount) Charge(n int64) error {

@@ -169,8 +169,10 @@ func (e *Engine) Remove(c *ipcns.Caller, msqid int32) error {
 
 // Free frees every queue, as Linux does when the IPC namespace dies
 // (free_ipcs, freeque): their sleepers fail with EIDRM, and their texts
-// and charges are given back.
+// and charges are given back. A send that comes after (a call that found
+// the namespace before it was dropped) fails with EIDRM.
 func (e *Engine) Free() {
+	e.freed.Store(true)
 	for _, q := range e.ids.All() {
 		q.mu.Lock()
 		if !q.Deleted() {

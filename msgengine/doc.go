@@ -41,7 +41,11 @@
 //   - Commit hooks run with mu held. They must not call into the engine.
 //     Whatever a Commit returns false for is undone before mu is released.
 //   - Lock order: Registry's mutex may be taken with a Queue's mu held (on
-//     removal); never the reverse. No code holds two Queue locks.
+//     removal); never the reverse. No code holds two Queue locks. A
+//     Queue's mu is held across Uncharge and FreeText, which take the
+//     namespace's account locks (ipcns.Resources, then memcharge's
+//     Ballast.mu: a punch or munmap, or a wait for a helper round trip);
+//     those never call back into the engine.
 //
 // # Delivery and Commit
 //

@@ -13,6 +13,9 @@ type Engine struct {
 	ids *ipcns.Registry[Queue, *Queue]
 	// reserved is the payload room all queues hold (reserve.go).
 	reserved atomic.Int64
+	// freed is set by Free: the namespace is gone, and a call that
+	// found it before stores nothing more (its texts would outlive it).
+	freed atomic.Bool
 }
 
 // New returns the empty message queue engine of namespace ns.

@@ -130,9 +130,14 @@ func (q *Queue) takeLocked(c *ipcns.Caller, op *RcvOp, mode int, typ int64) (Mes
 		if m.size > min(op.Size, int64(uint32(q.e.ns.Limits().MsgMax))) {
 			return Message{}, true, unix.EINVAL
 		}
-		out := Message{Type: mtype, Data: append([]byte(nil), m.text()...)}
+		out := Message{Type: mtype, Data: m.text()}
 		if op.Commit != nil && !op.Commit(&out) {
 			return Message{}, true, ErrNotDelivered
+		}
+		if op.Discard {
+			out.Data = nil
+		} else {
+			out.Data = bytes.Clone(out.Data) // the text stays the queue's
 		}
 		return out, true, nil
 	}

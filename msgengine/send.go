@@ -89,7 +89,7 @@ func (e *Engine) startSend(c *ipcns.Caller, op *SndOp, text []byte) (*Wait, erro
 	if err := q.Perm().Check(&c.Creds, ipcns.WriteAccess); err != nil {
 		return nil, err
 	}
-	if q.Deleted() {
+	if q.Deleted() || q.e.freed.Load() {
 		return nil, unix.EIDRM
 	}
 	if q.fitsLocked(size) {

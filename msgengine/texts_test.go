@@ -1,10 +1,13 @@
 package msgengine
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"unsafe"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
+	"golang.org/x/sys/unix"
 )
 
 // textTracker is an account that holds message texts (ipcns.TextStore)
@@ -24,7 +27,7 @@ func newTextTracker() *textTracker { return &textTracker{live: map[*byte]int{}} 
 func (a *textTracker) Charge(int64) error { return nil }
 func (a *textTracker) Uncharge(int64)     {}
 
-func (a *textTracker) AllocText(n int) ([]byte, error) {
+func (a *textTracker) AllocText(n int, _ bool) ([]byte, error) {
 	t := make([]byte, n)
 	a.mu.Lock()
 	a.live[unsafe.SliceData(t)] = n
@@ -73,4 +76,27 @@ func (a *textTracker) checkTexts(t testing.TB, e *Engine) {
 	if c := e.ns.Charged(); c != 0 {
 		t.Fatalf("%d bytes still charged after every queue was freed", c)
 	}
+}
+
+// After Free (the namespace dropped) a send that found the engine before
+// stores nothing: EIDRM, and no text outlives the namespace.
+func TestSendAfterFree(t *testing.T) {
+	f := newFixture(ipcns.DefaultLimits())
+	c := f.caller()
+	id, err := f.e.Msgget(c, ipcns.IPCPrivate, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.e.Free()
+	id2, err := f.e.Msgget(c, ipcns.IPCPrivate, 0o600) // made after Free
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []int32{id, id2} {
+		err := f.e.Msgsnd(context.Background(), c, &SndOp{MsqID: q, Type: 1, Data: []byte("late"), Flags: IPCNoWait})
+		if err != unix.EINVAL && err != unix.EIDRM {
+			t.Fatalf("send to %d after Free: %v", q, err)
+		}
+	}
+	f.texts.checkTexts(t, f.e)
 }

@@ -75,6 +75,7 @@ func (w *waiter) release() {
 	if w.holds {
 		w.ns.Uncharge(msgBase)
 		w.ns.FreeText(w.data)
+		w.data = nil
 		w.holds = false
 	}
 }
