@@ -17,7 +17,7 @@
 //
 // So the pod's memory.current (memory.usage_in_bytes on cgroup v1) counts
 // what its namespace holds in the shim, within one granule and a slack
-// granule, and when the pod is at its limit the helper's fallocate does
+// granule (message text: see arena.go for what its pages add), and when the pod is at its limit the helper's fallocate does
 // what the kernel's allocation would: memory reclaim in the pod, the
 // pod's OOM killer choosing among the pod's processes (the helper has
 // oom_score_adj -1000), and ENOMEM when nothing can be freed — which the
