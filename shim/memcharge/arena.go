@@ -247,8 +247,12 @@ func (b *Ballast) pagesLocked(k int, grow bool) (pageRef, error) {
 	// that will follow this one.
 	blk := &r.c.blocks[int(r.p)/blockPages]
 	holes := ^blk.filled
-	if err := b.fillTextLocked(r.c.off+int64(int(r.p)/blockPages)*blockSize, blockSize); err != nil {
+	blockOff := r.c.off + int64(int(r.p)/blockPages)*blockSize
+	if err := b.fillTextLocked(blockOff, blockSize); err != nil {
 		a.untake(r, k)
+		// What a helper that failed may have allocated: the former
+		// holes only (the block's other pages may hold live texts).
+		a.punchMask(blockOff, holes)
 		return pageRef{}, err
 	}
 	blk.filled = ^uint64(0)
@@ -333,6 +337,7 @@ func (b *Ballast) allocBigLocked(n int) ([]byte, error) {
 	}
 	c.big = true
 	if err := b.fillTextLocked(c.off, int64(blocks)*blockSize); err != nil {
+		a.punch(c.off, int64(blocks)*blockSize)
 		a.unmap(c)
 		return nil, err
 	}
@@ -496,6 +501,19 @@ func (a *arena) freeRun(r pageRef, k int) {
 	a.freePages -= n
 	a.filled -= int64(n) * pageSize
 	a.punch(r.c.off+int64(r.p)*pageSize, int64(k)*pageSize)
+}
+
+// punchMask punches the pages of the block at off whose bits are set.
+func (a *arena) punchMask(off int64, m uint64) {
+	for m != 0 {
+		j := bits.TrailingZeros64(m)
+		k := bits.TrailingZeros64(^(m >> j)) // the run of set bits from j
+		if j+k > blockPages {
+			k = blockPages - j
+		}
+		a.punch(off+int64(j)*pageSize, int64(k)*pageSize)
+		m &^= runMask(j, k)
+	}
 }
 
 // punch gives pages of the file back (uncharging the pod); the caller

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -308,4 +310,67 @@ func TestTextWithoutGrow(t *testing.T) {
 	}
 	b.FreeText(x)
 	b.FreeText(y)
+}
+
+// A fill that fails for good (the helper killed, none to replace it)
+// gives back only the block's former holes: the texts that share the
+// block keep their data, and the text goes to the heap.
+func TestTextFillFailureKeepsLiveTexts(t *testing.T) {
+	dir, _ := testCgroup(t, 256<<20)
+	var noHost atomic.Bool
+	b, err := New(t.Name(), func() (string, []string, error) {
+		if noHost.Load() {
+			return "", nil, errors.New("no container to host a helper")
+		}
+		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+	}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var texts [][]byte
+	for i := 0; i < 4*blockPages; i++ { // four blocks of one-page texts
+		x, err := b.AllocText(pageSize, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fillPattern(x, i)
+		texts = append(texts, x)
+	}
+	live := map[int][]byte{}
+	for i, x := range texts { // free three in four: holes in every block
+		if i%4 == 0 {
+			live[i] = x
+		} else {
+			b.FreeText(x)
+		}
+	}
+	b.mu.Lock()
+	p := b.helper.cmd.Process
+	b.mu.Unlock()
+	p.Kill()
+	p.Wait()
+	noHost.Store(true)
+	heap := 0
+	for i := 0; i < 2*blockPages; i++ { // beyond the free pages kept: a fill
+		x, err := b.AllocText(pageSize, true)
+		if errors.Is(err, errNotArena) {
+			x, heap = make([]byte, pageSize), heap+1 // Resources' fallback
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		live[1000+i] = x
+		fillPattern(x, 1000+i)
+	}
+	for i, x := range live {
+		if !hasPattern(x, i) {
+			t.Fatalf("text %d lost its data when a fill failed", i)
+		}
+	}
+	if heap == 0 || b.Backed() {
+		t.Fatalf("%d texts went to the heap, backed %v: no fill failed", heap, b.Backed())
+	}
+	for _, x := range live {
+		b.FreeText(x) // heap texts are not the arena's: false, and fine
+	}
 }
