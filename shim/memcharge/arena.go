@@ -107,6 +107,9 @@ type chunk struct {
 	slabs  []slab // per page
 	big    bool   // one text's chunk of its own
 	live   int    // live texts, for unmapping after Close
+	// full is how many blocks from the first are wholly used: a search
+	// for free pages starts after them.
+	full int
 }
 
 // pageRef names a page of a chunk.
@@ -266,11 +269,14 @@ func (b *Ballast) pagesLocked(k int, grow bool) (pageRef, error) {
 // findRun finds k free pages in a row inside one block and takes them;
 // with filled, only pages already allocated.
 func (a *arena) findRun(k int, filled bool) (pageRef, bool) {
+	if filled && a.freePages < k {
+		return pageRef{}, false
+	}
 	for _, c := range a.chunks {
 		if c.big {
 			continue
 		}
-		for i := range c.blocks {
+		for i := c.full; i < len(c.blocks); i++ {
 			blk := &c.blocks[i]
 			free := ^blk.used
 			if filled {
@@ -295,6 +301,9 @@ func (a *arena) take(r pageRef, k int) {
 	m := runMask(int(r.p)%blockPages, k)
 	blk.used |= m
 	a.freePages -= bits.OnesCount64(m & blk.filled)
+	for c := r.c; c.full < len(c.blocks) && c.blocks[c.full].used == ^uint64(0); {
+		c.full++
+	}
 }
 
 // untake marks k pages from r free again.
@@ -303,6 +312,7 @@ func (a *arena) untake(r pageRef, k int) {
 	m := runMask(int(r.p)%blockPages, k)
 	blk.used &^= m
 	a.freePages += bits.OnesCount64(m & blk.filled)
+	r.c.full = min(r.c.full, int(r.p)/blockPages)
 }
 
 // runMask is the bits of k pages from page j of a block.

@@ -231,6 +231,32 @@ func BenchmarkText(b *testing.B) {
 				bal.FreeText(x)
 			}
 		})
+		b.Run("arena-holding-96MiB/"+strconv.Itoa(size), func(b *testing.B) {
+			dir, _ := testCgroup(b, 256<<20)
+			bal, err := New("bench", func() (string, []string, error) {
+				return "ctr", []string{dir + "/cgroup.procs"}, nil
+			}, b.Logf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bal.Close()
+			for held := 0; held < 96<<20; held += 8192 { // a full namespace
+				if _, err := bal.AllocText(8192, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+			x, _ := bal.AllocText(size, true)
+			bal.FreeText(x)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				x, err := bal.AllocText(size, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				x[0] = 1
+				bal.FreeText(x)
+			}
+		})
 		b.Run("heap/"+strconv.Itoa(size), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				x := make([]byte, size)
