@@ -210,53 +210,8 @@ func TestTextAfterClose(t *testing.T) {
 // garbage collector's share not counted).
 func BenchmarkText(b *testing.B) {
 	for _, size := range []int{8, 8192} {
-		b.Run("arena/"+strconv.Itoa(size), func(b *testing.B) {
-			dir, _ := testCgroup(b, 256<<20)
-			bal, err := New("bench", func() (string, []string, error) {
-				return "ctr", []string{dir + "/cgroup.procs"}, nil
-			}, b.Logf)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer bal.Close()
-			x, _ := bal.AllocText(size, true) // the first block
-			bal.FreeText(x)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				x, err := bal.AllocText(size, true)
-				if err != nil {
-					b.Fatal(err)
-				}
-				x[0] = 1
-				bal.FreeText(x)
-			}
-		})
-		b.Run("arena-holding-96MiB/"+strconv.Itoa(size), func(b *testing.B) {
-			dir, _ := testCgroup(b, 256<<20)
-			bal, err := New("bench", func() (string, []string, error) {
-				return "ctr", []string{dir + "/cgroup.procs"}, nil
-			}, b.Logf)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer bal.Close()
-			for held := 0; held < 96<<20; held += 8192 { // a full namespace
-				if _, err := bal.AllocText(8192, true); err != nil {
-					b.Fatal(err)
-				}
-			}
-			x, _ := bal.AllocText(size, true)
-			bal.FreeText(x)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				x, err := bal.AllocText(size, true)
-				if err != nil {
-					b.Fatal(err)
-				}
-				x[0] = 1
-				bal.FreeText(x)
-			}
-		})
+		b.Run("arena/"+strconv.Itoa(size), func(b *testing.B) { benchArena(b, size, 0) })
+		b.Run("arena-holding-96MiB/"+strconv.Itoa(size), func(b *testing.B) { benchArena(b, size, 96<<20) })
 		b.Run("heap/"+strconv.Itoa(size), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				x := make([]byte, size)
@@ -264,6 +219,35 @@ func BenchmarkText(b *testing.B) {
 				sink = x
 			}
 		})
+	}
+}
+
+// benchArena times a text of size bytes allocated and freed in an arena
+// that holds held bytes of 8 KiB texts already.
+func benchArena(b *testing.B, size, held int) {
+	dir, _ := testCgroup(b, 256<<20)
+	bal, err := New("bench", func() (string, []string, error) {
+		return "ctr", []string{dir + "/cgroup.procs"}, nil
+	}, b.Logf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bal.Close()
+	for n := 0; n < held; n += 8192 {
+		if _, err := bal.AllocText(8192, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	x, _ := bal.AllocText(size, true) // the block it will use, filled
+	bal.FreeText(x)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		x, err := bal.AllocText(size, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x[0] = 1
+		bal.FreeText(x)
 	}
 }
 
