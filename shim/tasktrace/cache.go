@@ -222,17 +222,29 @@ func checkOwned(st *unix.Stat_t, file bool) error {
 	return nil
 }
 
+// checkKind checks that path, of status st, is a directory (S_IFDIR) or
+// a regular file (S_IFREG) owned as checkOwned requires of it.
+func checkKind(st *unix.Stat_t, kind uint32, path string) error {
+	if st.Mode&unix.S_IFMT != kind {
+		if kind == unix.S_IFDIR {
+			return fmt.Errorf("%s: not a directory", path)
+		}
+		return fmt.Errorf("%s: not a regular file", path)
+	}
+	if err := checkOwned(st, kind == unix.S_IFREG); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
 // readCache returns the facts cached in dir for key k.
 func readCache(dir string, k cacheKey) (*kernelFacts, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
 		return nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, fmt.Errorf("%s: not a directory", dir)
-	}
-	if err := checkOwned(&st, false); err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+	if err := checkKind(&st, unix.S_IFDIR, dir); err != nil {
+		return nil, err
 	}
 	p := cachePath(dir, k)
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -244,11 +256,8 @@ func readCache(dir string, k cacheKey) (*kernelFacts, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s: not a regular file", p)
-	}
-	if err := checkOwned(&st, true); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
+	if err := checkKind(&st, unix.S_IFREG, p); err != nil {
+		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
