@@ -107,9 +107,29 @@ type chunk struct {
 	slabs  []slab // per page
 	big    bool   // one text's chunk of its own
 	live   int    // live texts, for unmapping after Close
-	// full is how many blocks from the first are wholly used: a search
-	// for free pages starts after them.
-	full int
+	// Summaries for findRun, bit i%64 of word i/64 for block i: notFull,
+	// the blocks with a page not used; spare, those with a page filled
+	// and not used.
+	notFull, spare [chunkBlocks / 64]uint64
+	// runs, per page, is the length of the live run text that starts
+	// there (0: none); objs, per slab page, its objects handed out: what
+	// FreeText checks a text against before giving it back.
+	runs []uint8
+	objs map[int32]*[4]uint64
+}
+
+// sync updates the summaries of block i.
+func (c *chunk) sync(i int) {
+	w, bit := i/64, uint64(1)<<(i%64)
+	blk := &c.blocks[i]
+	c.notFull[w] &^= bit
+	c.spare[w] &^= bit
+	if blk.used != ^uint64(0) {
+		c.notFull[w] |= bit
+	}
+	if blk.filled&^blk.used != 0 {
+		c.spare[w] |= bit
+	}
 }
 
 // pageRef names a page of a chunk.
@@ -171,6 +191,7 @@ func (b *Ballast) AllocText(n int, grow bool) ([]byte, error) {
 			return nil, err
 		}
 		r.c.live++
+		r.c.runs[r.p] = uint8((n + pageSize - 1) / pageSize)
 		a.inuse += int64(n)
 		return r.c.mem[int(r.p)*pageSize:][:n:n], nil
 	}
@@ -195,6 +216,12 @@ func (b *Ballast) AllocText(n int, grow bool) ([]byte, error) {
 	}
 	s.inuse++
 	r.c.live++
+	objs := r.c.objs[r.p]
+	if objs == nil {
+		objs = new([4]uint64)
+		r.c.objs[r.p] = objs
+	}
+	objs[idx/64] |= 1 << (idx % 64)
 	a.inuse += int64(n)
 	o := idx * size
 	return r.mem()[o : o+n : o+n], nil
@@ -259,10 +286,14 @@ func (b *Ballast) pagesLocked(k int, grow bool) (pageRef, error) {
 		return pageRef{}, err
 	}
 	blk.filled = ^uint64(0)
+	r.c.sync(int(r.p) / blockPages)
 	added := bits.OnesCount64(holes)
 	a.filled += int64(added) * pageSize
 	// The run's pages were taken; the block's other holes are free now.
 	a.freePages += added - bits.OnesCount64(holes&runMask(int(r.p)%blockPages, k))
+	if a.freePages > keepFreePages+blockPages {
+		a.trim(r.c, int(r.p)/blockPages)
+	}
 	return r, nil
 }
 
@@ -276,23 +307,61 @@ func (a *arena) findRun(k int, filled bool) (pageRef, bool) {
 		if c.big {
 			continue
 		}
-		for i := c.full; i < len(c.blocks); i++ {
-			blk := &c.blocks[i]
-			free := ^blk.used
-			if filled {
-				free &= blk.filled
-			}
-			if bits.OnesCount64(free) < k {
-				continue
-			}
-			if j, ok := runStart(free, k); ok {
-				r := pageRef{c, int32(i*blockPages + j)}
-				a.take(r, k)
-				return r, true
+		sum := &c.notFull
+		if filled {
+			sum = &c.spare
+		}
+		for w, word := range sum {
+			for word != 0 {
+				i := w*64 + bits.TrailingZeros64(word)
+				word &= word - 1
+				blk := &c.blocks[i]
+				free := ^blk.used
+				if filled {
+					free &= blk.filled
+				}
+				if bits.OnesCount64(free) < k {
+					continue
+				}
+				if j, ok := runStart(free, k); ok {
+					r := pageRef{c, int32(i*blockPages + j)}
+					a.take(r, k)
+					return r, true
+				}
 			}
 		}
 	}
 	return pageRef{}, false
+}
+
+// trim punches the free pages of blocks other than block bi of c until
+// at most keepFreePages are free.
+func (a *arena) trim(c0 *chunk, bi int) {
+	for _, c := range a.chunks {
+		if c.big {
+			continue
+		}
+		for w, word := range c.spare {
+			for word != 0 {
+				if a.freePages <= keepFreePages {
+					return
+				}
+				i := w*64 + bits.TrailingZeros64(word)
+				word &= word - 1
+				if c == c0 && i == bi {
+					continue
+				}
+				blk := &c.blocks[i]
+				m := blk.filled &^ blk.used
+				a.punchMask(c.off+int64(i)*blockSize, m)
+				blk.filled &^= m
+				n := bits.OnesCount64(m)
+				a.freePages -= n
+				a.filled -= int64(n) * pageSize
+				c.sync(i)
+			}
+		}
+	}
 }
 
 // take marks k pages from r used.
@@ -301,9 +370,7 @@ func (a *arena) take(r pageRef, k int) {
 	m := runMask(int(r.p)%blockPages, k)
 	blk.used |= m
 	a.freePages -= bits.OnesCount64(m & blk.filled)
-	for c := r.c; c.full < len(c.blocks) && c.blocks[c.full].used == ^uint64(0); {
-		c.full++
-	}
+	r.c.sync(int(r.p) / blockPages)
 }
 
 // untake marks k pages from r free again.
@@ -312,7 +379,7 @@ func (a *arena) untake(r pageRef, k int) {
 	m := runMask(int(r.p)%blockPages, k)
 	blk.used &^= m
 	a.freePages += bits.OnesCount64(m & blk.filled)
-	r.c.full = min(r.c.full, int(r.p)/blockPages)
+	r.c.sync(int(r.p) / blockPages)
 }
 
 // runMask is the bits of k pages from page j of a block.
@@ -385,9 +452,13 @@ func (a *arena) mapChunk(blocks int) (*chunk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: map the text file: %v", errNotArena, err)
 	}
-	c := &chunk{off: a.next, mem: mem, blocks: make([]block, blocks), slabs: make([]slab, blocks*blockPages)}
+	c := &chunk{off: a.next, mem: mem, blocks: make([]block, blocks), slabs: make([]slab, blocks*blockPages),
+		runs: make([]uint8, blocks*blockPages), objs: map[int32]*[4]uint64{}}
 	for i := range c.slabs {
 		c.slabs[i] = slab{class: -1, partialOf: -1}
+	}
+	for i := range c.blocks {
+		c.sync(i)
 	}
 	a.next += size
 	// Chunks are kept sorted by address, for FreeText's lookup.
@@ -444,32 +515,48 @@ func (b *Ballast) FreeText(t []byte) bool {
 	}
 	o := int(p - chunkAddr(c))
 	if c.big {
+		if o != 0 || c.live != 1 {
+			b.logf("memcharge: FreeText of %d bytes at %d of a chunk of its own: not a live text", len(t), o)
+			return true
+		}
 		a.bigs--
 		if a.fd >= 0 {
 			a.punch(c.off, int64(len(c.mem)))
 			a.filled -= int64(len(c.mem))
 		}
-		a.release(c, len(t))
+		a.inuse -= int64(len(t))
+		c.live = 0
 		a.unmap(c)
 		return true
 	}
 	r := pageRef{c, int32(o / pageSize)}
 	if len(t) > slabMax {
 		k := (len(t) + pageSize - 1) / pageSize
-		m := runMask(int(r.p)%blockPages, k)
-		if c.blocks[int(r.p)/blockPages].used&m != m {
-			return true // a double free: nothing to give back
+		if o%pageSize != 0 || int(c.runs[r.p]) != k {
+			b.logf("memcharge: FreeText of %d bytes at %d: not a live text (a double free?)", len(t), o)
+			return true
 		}
+		c.runs[r.p] = 0
 		a.freeRun(r, k)
 		a.release(c, len(t))
 		return true
 	}
 	s := &c.slabs[r.p]
-	if s.class < 0 || s.inuse == 0 {
-		return true // a double free: nothing to give back
+	objs := c.objs[r.p]
+	var idx int
+	if s.class >= 0 {
+		size := int(classSizes[s.class])
+		idx = (o % pageSize) / size
+		if (o%pageSize)%size != 0 {
+			objs = nil
+		}
 	}
+	if s.class < 0 || objs == nil || objs[idx/64]&(1<<(idx%64)) == 0 {
+		b.logf("memcharge: FreeText of %d bytes at %d: not a live text (a double free?)", len(t), o)
+		return true
+	}
+	objs[idx/64] &^= 1 << (idx % 64)
 	size := int(classSizes[s.class])
-	idx := (o % pageSize) / size
 	if a.fd >= 0 {
 		*(*uint16)(unsafe.Pointer(&r.mem()[idx*size])) = s.free
 		s.free = uint16(idx + 1)
@@ -478,6 +565,7 @@ func (b *Ballast) FreeText(t []byte) bool {
 	switch {
 	case s.inuse == 0:
 		*s = slab{class: -1, partialOf: -1}
+		delete(c.objs, r.p)
 		a.freeRun(r, 1)
 	case s.partialOf != s.class:
 		s.partialOf = s.class
@@ -507,6 +595,7 @@ func (a *arena) freeRun(r pageRef, k int) {
 	blk := &r.c.blocks[int(r.p)/blockPages]
 	m := runMask(int(r.p)%blockPages, k) & blk.filled
 	blk.filled &^= m
+	r.c.sync(int(r.p) / blockPages)
 	n := bits.OnesCount64(m)
 	a.freePages -= n
 	a.filled -= int64(n) * pageSize
@@ -542,6 +631,12 @@ func (a *arena) close() {
 	unix.Close(a.fd)
 	a.fd = -1
 	a.filled, a.freePages = 0, 0
+	for _, c := range a.chunks {
+		for i := range c.blocks {
+			c.blocks[i].filled = 0 // punched: freeing a text after Close counts no free page
+			c.sync(i)
+		}
+	}
 	for i := range a.partial {
 		a.partial[i] = nil
 	}
