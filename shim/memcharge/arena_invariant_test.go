@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"path/filepath"
 	"sort"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -318,18 +316,7 @@ func TestArenaInvariants(t *testing.T) {
 			if testing.Short() {
 				tc.ops /= 5
 			}
-			dir, _ := testCgroup(t, tc.limit)
-			var noHost atomic.Bool
-			b, err := New(t.Name(), func() (string, []string, error) {
-				if noHost.Load() {
-					return "", nil, errors.New("no container to host a helper")
-				}
-				return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
-			}, t.Logf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { b.Close() })
+			b, noHost := hostlessBallast(t, tc.limit)
 			if b.text == nil {
 				t.Skip("no arena")
 			}

@@ -326,18 +326,7 @@ func TestTextWithoutGrow(t *testing.T) {
 // gives back only the block's former holes: the texts that share the
 // block keep their data, and the text goes to the heap.
 func TestTextFillFailureKeepsLiveTexts(t *testing.T) {
-	dir, _ := testCgroup(t, 256<<20)
-	var noHost atomic.Bool
-	b, err := New(t.Name(), func() (string, []string, error) {
-		if noHost.Load() {
-			return "", nil, errors.New("no container to host a helper")
-		}
-		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
-	}, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, noHost := hostlessBallast(t, 256<<20)
 	var texts [][]byte
 	for i := 0; i < 4*blockPages; i++ { // four blocks of one-page texts
 		x, err := b.AllocText(pageSize, true)
@@ -383,4 +372,23 @@ func TestTextFillFailureKeepsLiveTexts(t *testing.T) {
 	for _, x := range live {
 		b.FreeText(x) // heap texts are not the arena's: false, and fine
 	}
+}
+
+// hostlessBallast returns a ballast in a cgroup limited to limit bytes
+// whose helper cannot be started (nor replaced) once noHost is set.
+func hostlessBallast(t *testing.T, limit int64) (b *Ballast, noHost *atomic.Bool) {
+	t.Helper()
+	dir, _ := testCgroup(t, limit)
+	noHost = new(atomic.Bool)
+	b, err := New(t.Name(), func() (string, []string, error) {
+		if noHost.Load() {
+			return "", nil, errors.New("no container to host a helper")
+		}
+		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+	}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, noHost
 }
