@@ -84,10 +84,11 @@ func serveFloorWith(tb testing.TB, receivers int, syncWake bool, argv ...string)
 
 // BenchmarkTrappedCall measures, in one run and with one C child
 // (testdata/callloop.c), the floor of a trapped call (serveFloor), a
-// null call through the gateway (identification, namespace check,
-// dispatch, answer) and a semop served by the engine, and reports each
-// against the floor: the figures issue 12 sets bounds on (null ≤ 1.2x,
-// semop ≤ 1.5x). Native semop is measured too, for scale.
+// null call through the gateway (identification, namespace lookup,
+// dispatch, an engine's lookup of a key no set has, answer), a semop and
+// a msgsnd/msgrcv served by the engines, and reports each against the
+// floor: the figures issue 12 sets bounds on (null ≤ 1.2x, semop and
+// msg ≤ 1.5x). Native semop and msg are measured too, for scale.
 //
 //	go test -run XXX -bench TrappedCall -benchtime 40000x -count 5 ./shim/gateway
 func BenchmarkTrappedCall(b *testing.B) {
@@ -101,18 +102,23 @@ func BenchmarkTrappedCall(b *testing.B) {
 		return v
 	}
 	floor := ns(serveFloor(b, bin, "null", n))
-	null := ns(serve(b, gateway.Null{}, bin, "null", n))
+	null := ns(serve(b, harness.NewEnginesByInode(), bin, "null", n))
 	semop := ns(serve(b, harness.NewEnginesByInode(), bin, "semop", n))
-	out, err := harness.NativeCommand(bin, "semop", n).Output()
-	if err != nil {
-		b.Skipf("native run: %v\n%s", err, out)
+	msg := ns(serve(b, harness.NewEnginesByInode(), bin, "msg", n))
+	for _, call := range []string{"semop", "msg"} {
+		out, err := harness.NativeCommand(bin, call, n).Output()
+		if err != nil {
+			b.Skipf("native run: %v\n%s", err, out)
+		}
+		b.ReportMetric(ns(out), "native-"+call+"-ns/call")
 	}
 	b.ReportMetric(floor, "floor-ns/call")
 	b.ReportMetric(null, "null-ns/call")
 	b.ReportMetric(semop, "semop-ns/call")
-	b.ReportMetric(ns(out), "native-semop-ns/call")
+	b.ReportMetric(msg, "msg-ns/call")
 	b.ReportMetric(null/floor, "null/floor")
 	b.ReportMetric(semop/floor, "semop/floor")
+	b.ReportMetric(msg/floor, "msg/floor")
 }
 
 // BenchmarkTrappedScaling measures throughput with K = 1, 2, 4 processes

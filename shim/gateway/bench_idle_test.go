@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 	"golang.org/x/sys/unix"
@@ -44,15 +43,15 @@ func BenchmarkIdleWaiters(b *testing.B) {
 	}
 }
 
-// gapTimer is a Handler that records when each call arrived, keeping the
-// longest gap between two.
+// gapTimer is an EngineTable that records when each call arrived,
+// keeping the longest gap between two.
 type gapTimer struct {
-	gateway.Handler
+	gateway.EngineTable
 	mu               sync.Mutex
 	last, from, till time.Time
 }
 
-func (g *gapTimer) Handle(r *gateway.Request) {
+func (g *gapTimer) EnginesOf(t *gateway.Task) (*gateway.Engines, error) {
 	now := time.Now()
 	g.mu.Lock()
 	if !g.last.IsZero() && now.Sub(g.last) > g.till.Sub(g.from) {
@@ -60,10 +59,8 @@ func (g *gapTimer) Handle(r *gateway.Request) {
 	}
 	g.last = now
 	g.mu.Unlock()
-	g.Handler.Handle(r)
+	return g.EngineTable.EnginesOf(t)
 }
-
-func (g *gapTimer) Exit(p *ipcns.Pid) { g.Handler.Exit(p) }
 
 type idleSample struct {
 	at   time.Time
@@ -93,7 +90,7 @@ func idleRun(b *testing.B, bin string, n int, kind string, secs int) (float64, f
 			}
 		}
 	})
-	h := &gapTimer{Handler: harness.NewEnginesByInode()}
+	h := &gapTimer{EngineTable: harness.NewEnginesByInode()}
 	out := serve(b, h, bin, fmt.Sprint(n), kind, fmt.Sprint(secs))
 	close(stop)
 	wg.Wait()

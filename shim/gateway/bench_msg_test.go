@@ -10,7 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/ipcfilter"
 	"golang.org/x/sys/unix"
@@ -131,7 +130,7 @@ func BenchmarkSemopPair(b *testing.B) {
 	})
 	b.Run("null", func(b *testing.B) {
 		n := strconv.Itoa(max(b.N, 1000))
-		out, _ := serveWith(b, gateway.Null{}, nil, "go:calls", n, strconv.Itoa(unix.SYS_SEMGET))
+		out, _ := serveWith(b, harness.NewEnginesByInode(), nil, "go:calls", n, strconv.Itoa(unix.SYS_SEMGET))
 		b.ReportMetric(childNs(b, out), "ns/call")
 	})
 	b.Run("trapped", func(b *testing.B) {
@@ -152,7 +151,7 @@ func BenchmarkNonIPCSyscall(b *testing.B) {
 	})
 	b.Run("filter", func(b *testing.B) {
 		n := strconv.Itoa(max(b.N, 100000))
-		out, _ := serveWith(b, gateway.Null{}, nil, "go:calls", n, nr)
+		out, _ := serveWith(b, harness.NewEnginesByInode(), nil, "go:calls", n, nr)
 		b.ReportMetric(childNs(b, out), "ns/call")
 	})
 }

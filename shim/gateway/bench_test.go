@@ -59,14 +59,14 @@ func childNs(b *testing.B, out []byte) float64 {
 	return float64(ns)
 }
 
-// BenchmarkGatewayNull: a trapped semget answered 0 by the Null handler
-// after identification; ns/call is measured by the child. With
+// BenchmarkGatewayNull: a trapped semget of a key no set has, answered
+// ENOENT by the engine after identification; ns/call is measured by the child. With
 // cached=false every call rereads the thread's IPC namespace and
 // credentials, as for a profile that lets them change unseen.
 func BenchmarkGatewayNull(b *testing.B) {
 	for _, cached := range []bool{true, false} {
 		b.Run(fmt.Sprintf("cached=%v", cached), func(b *testing.B) {
-			out, _ := serveWith(b, gateway.Null{}, func(g *gateway.Gateway) { g.Defaults.NSFixed, g.Defaults.IDsFixed = cached, cached },
+			out, _ := serveWith(b, harness.NewEnginesByInode(), func(g *gateway.Gateway) { g.Defaults.NSFixed, g.Defaults.IDsFixed = cached, cached },
 				"go:calls", strconv.Itoa(max(b.N, 1000)), strconv.Itoa(unix.SYS_SEMGET))
 			b.ReportMetric(childNs(b, out), "ns/call")
 		})

@@ -24,33 +24,33 @@ package gateway
 //     published after its exit was applied;
 //  4. decides whether the call is the kernel's restart of an interrupted
 //     one (Gateway.restart), and otherwise
-//  5. hands it to the handler (sem.go, msg.go), which calls an engine's
-//     Start: the call is done at once, or queued to sleep in the same
-//     critical section that found it must wait. Success is answered from
-//     inside that critical section (the engine's Commit calls
+//  5. finds the engines of the thread's IPC namespace (the EngineTable)
+//     and hands the call to its handler (sem.go, msg.go), which calls an
+//     engine's Start: the call is done at once, or queued to sleep in the
+//     same critical section that found it must wait. Success is answered
+//     from inside that critical section (the engine's Commit calls
 //     Request.commit), so an answer the task does not take is undone
 //     before anyone sees it.
 //
-// Following one semop(2), in the order the code runs it (a newcomer's
-// path through the tree; every step is one function):
+// Following one semop(2): three files, read top to bottom, and the calls
+// they make that return at once.
 //
-//	gateway.go      ServeListener → receive →       RECV, hand the turn on if calls
-//	                dispatch                        wait, then steps 1-4
-//	arch.go         Decode                          nr, arch → SysSemop
-//	task.go         Gateway.resolve                 the thread's Task (cache or /proc)
-//	gateway.go      Gateway.restart                 a restart? answered here
-//	shim/task       EngineTable.Handle              the Handler: IPC namespace inode →
-//	                                                that namespace's *Engines
-//	engines.go      Engines.Handle                  by syscall
-//	sem.go          Engines.semop                   copy timeout and sembufs in
-//	                                                (internal/abi), errors in Linux's order
-//	semengine       Engine.Start                    try the operations under the
-//	                                                set's locks; Op.Commit on success
-//	request.go      Request.commit → send           the answer, exact (see below)
-//
-// The Handler is the one step outside this package: the shim's task
-// service owns the table of namespaces (containers come and go through
-// it); the gateway's tests use their own (internal/harness).
+//	gateway.go  ServeListener → receive → dispatch   RECV (hand the turn on
+//	                                                 if calls wait), then:
+//	              Decode (arch.go)                   nr, arch → SysSemop
+//	              syncEvents (events.go)             exits, signals first
+//	              resolve (task.go)                  the thread's Task
+//	              restart                            a restart? answered here
+//	              EngineTable.EnginesOf              IPC namespace → *Engines
+//	                (shim/task; internal/harness)    (a lookup, no lock)
+//	            → call                               by syscall:
+//	sem.go      Engines.semop                        copy timeout and sembufs
+//	                                                 in (internal/abi); errors
+//	                                                 in Linux's order
+//	semengine/  Engine.Start                         try the operations under
+//	                                                 the set's locks; on
+//	                                                 success Op.Commit →
+//	              Request.commit (request.go)        the answer, exact (below)
 //
 // A sleeping call holds no goroutine: it is an engine waiter with a
 // Request. It ends when a waker completes it (Commit answers), the object
@@ -80,7 +80,7 @@ package gateway
 // that finds both empty knows the work is done, not merely taken by the
 // event loop (Gateway.syncEvents). So:
 //
-//   - Exits are causal. A process's SEM_UNDO adjustments (Handler.Exit)
+//   - Exits are causal. A process's SEM_UNDO adjustments (EngineTable.Exit)
 //     and its threads' departure from every queue take effect before any
 //     later call of any process is served, and before a host query
 //     (SyncEvents) is answered.

@@ -4,14 +4,13 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
-	"golang.org/x/sys/unix"
 )
 
 // Engines serves the trapped calls of one kernel IPC namespace: the
 // semaphore calls from a semengine and the message-queue calls from a
-// msgengine, both on one ipcns.Resources, so they share its limits. It is
-// a Handler for a gateway whose callers are all in that namespace; the
-// shim keeps one per container IPC namespace.
+// msgengine, both on one ipcns.Resources, so they share its limits. An
+// EngineTable gives the gateway the Engines of each caller; the shim
+// keeps one per container IPC namespace.
 type Engines struct {
 	sem *semengine.Engine
 	msg *msgengine.Engine
@@ -30,32 +29,7 @@ func (n *Engines) Sem() *semengine.Engine { return n.sem }
 // Msg returns the namespace's message-queue engine.
 func (n *Engines) Msg() *msgengine.Engine { return n.msg }
 
-// Handle serves one call (Handler).
-func (n *Engines) Handle(r *Request) {
-	switch r.Sysno {
-	case SysSemget:
-		n.semget(r)
-	case SysSemop:
-		n.semop(r, false)
-	case SysSemtimedop:
-		n.semop(r, true)
-	case SysSemctl:
-		n.semctl(r)
-	case SysMsgget:
-		n.msgget(r)
-	case SysMsgsnd:
-		n.msgsnd(r)
-	case SysMsgrcv:
-		n.msgrcv(r)
-	case SysMsgctl:
-		n.msgctl(r)
-	default:
-		r.Reply(0, unix.ENOSYS)
-	}
-}
-
-// Exit applies the SEM_UNDO adjustments of pid in this namespace
-// (Handler).
+// Exit applies the SEM_UNDO adjustments of pid in this namespace.
 func (n *Engines) Exit(pid *ipcns.Pid) { n.sem.Exit(pid) }
 
 // Free gives back what the namespace's message queues hold, as their

@@ -247,7 +247,7 @@ func (g *Gateway) exited(tid, tgid int, groupDead bool) {
 	g.tmu.Unlock()
 	if p != nil && p.pid != nil {
 		g.Stats.Exits.Add(1)
-		g.queue(func() { g.h.Exit(p.pid) })
+		g.queue(func() { g.engines.Exit(p.pid) })
 	}
 }
 

@@ -2,7 +2,7 @@
 // seccomp notification, identifies the calling thread, gives handlers
 // safe access to its memory, and answers — exactly as the kernel would
 // have, also when signals, stops, exits and removals race with the call.
-// The engines plug in behind Handler. doc.go states the rules and why
+// The engines are found through an EngineTable. doc.go states the rules and why
 // each answer is exact; README-level overview: a receiver per listener
 // (this file), the caller's identity (task.go), what the kernel reports
 // about signals and exits (events.go, package tasktrace), answering
@@ -23,13 +23,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Handler serves decoded calls. The engines plug in here.
-type Handler interface {
-	// Handle serves r, on the listener's receiving goroutine: it must not
-	// block. It answers at once (r.Reply, or an engine's Commit through
-	// r.commit) or leaves the call asleep in an engine (r.sleep), to be
-	// answered by whoever ends the sleep.
-	Handle(r *Request)
+// EngineTable finds the engines of the IPC namespace a call is made in,
+// and applies process exits to them. The shim's task service keeps the
+// table (containers come and go through it); the gateway's tests keep
+// their own (internal/harness).
+type EngineTable interface {
+	// EnginesOf returns the engines of t's IPC namespace (t.IPCNS), or
+	// the errno to answer t's call with when the namespace is not served.
+	// It runs on the receiving goroutine, for every call: finding a
+	// namespace served must be quick (the shim's takes no lock); making
+	// one may wait for its first charge.
+	EnginesOf(t *Task) (*Engines, error)
 	// Exit is called once when a process that made calls has exited
 	// (its last thread began do_exit): the place to apply SEM_UNDO. It is
 	// called before any later call is served.
@@ -83,9 +87,10 @@ type ListenerOptions struct {
 	IDsFixed bool
 }
 
-// Gateway serves listener fds with one Handler.
+// Gateway serves listener fds, each call with the engines of its
+// caller's IPC namespace.
 type Gateway struct {
-	h Handler
+	engines EngineTable
 	// tr is set, or trErr, before trReady is closed: loading the kernel's
 	// BTF and the programs takes ~150-200 ms of CPU, which New does not
 	// make a container's start wait for (Ready).
@@ -143,17 +148,17 @@ type Gateway struct {
 	obs Observer // observe.go
 }
 
-// New returns a gateway serving h. It loads the kernel event programs
+// New returns a gateway serving calls with the engines in table. It loads the kernel event programs
 // (package tasktrace), which needs CAP_BPF and CAP_PERFMON (root) and a
 // kernel with BTF: without them the gateway cannot answer signals and
 // exits exactly, and New fails. ctx bounds the gateway's life.
-func New(ctx context.Context, h Handler) (*Gateway, error) {
+func New(ctx context.Context, table EngineTable) (*Gateway, error) {
 	ino, err := nsInode("/proc/self/ns/pid")
 	if err != nil {
 		return nil, err
 	}
 	root := ipcns.NewPidNamespace(nil, ino)
-	g := &Gateway{h: h, trReady: make(chan struct{}), ctx: ctx, SyncWakeUp: true,
+	g := &Gateway{engines: table, trReady: make(chan struct{}), ctx: ctx, SyncWakeUp: true,
 		Defaults: ListenerOptions{NSFixed: true, IDsFixed: false},
 		tasks:    map[int]*Task{}, procs: map[int]*process{}, pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
 		watched: map[uint64]bool{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{})}
@@ -619,7 +624,39 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif, oc uint64) {
 		return
 	}
 	ls.ordered(oc)
-	g.h.Handle(r)
+	e, err := g.engines.EnginesOf(t)
+	if err != nil {
+		r.Reply(0, err)
+		return
+	}
+	call(e, r)
+}
+
+// call serves r with e, the engines of its caller's namespace. The
+// handler answers at once (r.Reply, or an engine's Commit through
+// r.commit) or leaves the call asleep in an engine (r.sleep), to be
+// answered by whoever ends the sleep; it must not block.
+func call(e *Engines, r *Request) {
+	switch r.Sysno {
+	case SysSemget:
+		e.semget(r)
+	case SysSemop:
+		e.semop(r, false)
+	case SysSemtimedop:
+		e.semop(r, true)
+	case SysSemctl:
+		e.semctl(r)
+	case SysMsgget:
+		e.msgget(r)
+	case SysMsgsnd:
+		e.msgsnd(r)
+	case SysMsgrcv:
+		e.msgrcv(r)
+	case SysMsgctl:
+		e.msgctl(r)
+	default:
+		r.Reply(0, unix.ENOSYS)
+	}
 }
 
 // dispatchHook, if set, runs in the receiver after a call was identified
@@ -726,13 +763,3 @@ func (g *Gateway) cancelVanished(w canceler) {
 		w.Cancel()
 	}
 }
-
-// Null answers every call with 0 at once, after identifying the caller:
-// the baseline for benchmarks and the gateway's own tests.
-type Null struct{}
-
-// Handle answers 0.
-func (Null) Handle(r *Request) { r.Reply(0, nil) }
-
-// Exit does nothing.
-func (Null) Exit(*ipcns.Pid) {}

@@ -781,14 +781,11 @@ func (n *EngineTable) sweepNested() {
 	n.nextSweep = max(64, 2*n.nestedCount)
 }
 
-// Handle serves one trapped call (gateway.Handler).
-func (n *EngineTable) Handle(r *gateway.Request) {
-	e, err := n.engines(r.Task.IPCNS, r.Task.Tid)
-	if err != nil {
-		r.Reply(0, err)
-		return
-	}
-	e.Handle(r)
+// EnginesOf returns the engines of the IPC namespace of t, the caller of
+// a trapped call, making them if t's namespace is one nested in a
+// served container's (gateway.EngineTable).
+func (n *EngineTable) EnginesOf(t *gateway.Task) (*gateway.Engines, error) {
+	return n.engines(t.IPCNS, t.Tid)
 }
 
 // Peek returns the engine namespace of kernel IPC namespace ino without
@@ -800,7 +797,7 @@ func (n *EngineTable) Peek(ino uint64) *gateway.Engines {
 	return nil
 }
 
-// Exit applies a process's SEM_UNDO adjustments (gateway.Handler).
+// Exit applies a process's SEM_UNDO adjustments (gateway.EngineTable).
 func (n *EngineTable) Exit(pid *ipcns.Pid) {
 	for _, e := range n.snapshot() {
 		e.eng.Exit(pid)

@@ -4,6 +4,8 @@
  *   callloop semop N   N semop pairs (-1 then +1) on a private semaphore
  *                      whose value is 1
  *   callloop semop N K K processes do that at once, each on its own set
+ *   callloop msg N     N msgsnd/msgrcv pairs (8 bytes, IPC_NOWAIT) on a
+ *                      private queue
  * Prints nanoseconds per system call (for K processes: wall time divided
  * by all their calls, so 1/throughput), after warm-up calls. */
 #define _GNU_SOURCE
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -50,6 +53,32 @@ static int semloop(long n, volatile int *go)
 	return 0;
 }
 
+static int msgloop(long n)
+{
+	struct {
+		long mtype;
+		char mtext[8];
+	} m = {1, "12345678"}, r;
+	int id = syscall(SYS_msgget, IPC_PRIVATE, 0600);
+	if (id < 0) {
+		perror("msgget");
+		return 1;
+	}
+	double t0 = 0;
+	for (long i = -1000; i < n; i++) {
+		if (i == 0)
+			t0 = now();
+		if (syscall(SYS_msgsnd, id, &m, 8, IPC_NOWAIT) ||
+		    syscall(SYS_msgrcv, id, &r, 8, 0, IPC_NOWAIT) != 8) {
+			perror("msgsnd/msgrcv");
+			return 1;
+		}
+	}
+	printf("%.0f\n", (now() - t0) / (2 * n));
+	syscall(SYS_msgctl, id, IPC_RMID, 0);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 && argc != 4)
@@ -83,6 +112,8 @@ int main(int argc, char **argv)
 		printf("%.0f\n", (now() - t0) / n);
 		return 0;
 	}
+	if (!strcmp(argv[1], "msg"))
+		return msgloop(n);
 	int id = syscall(SYS_semget, IPC_PRIVATE, 1, 0600);
 	if (id < 0 || syscall(SYS_semctl, id, 0, SETVAL, 1) < 0) {
 		perror("semget/semctl");

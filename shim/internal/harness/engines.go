@@ -12,7 +12,7 @@ import (
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/memcharge"
 )
 
-// EnginesByInode is a gateway.Handler for callers in any kernel IPC
+// EnginesByInode is a gateway.EngineTable for callers in any kernel IPC
 // namespace: it keeps a gateway.Engines per namespace inode (the caller's
 // Task.IPCNS), made on first use with Limits. The shim maps namespaces to
 // containers itself (shim/task); tests serve whole process trees with
@@ -90,11 +90,13 @@ func (e *EnginesByInode) Inodes() []uint64 {
 	return inos
 }
 
-// Handle serves one call in the caller's namespace (gateway.Handler).
-func (e *EnginesByInode) Handle(r *gateway.Request) { e.Engines(r.Task.IPCNS).Handle(r) }
+// EnginesOf returns the engines of t's namespace (gateway.EngineTable).
+func (e *EnginesByInode) EnginesOf(t *gateway.Task) (*gateway.Engines, error) {
+	return e.Engines(t.IPCNS), nil
+}
 
 // Exit applies the SEM_UNDO adjustments of pid in every namespace
-// (gateway.Handler).
+// (gateway.EngineTable).
 func (e *EnginesByInode) Exit(pid *ipcns.Pid) {
 	e.mu.Lock()
 	all := make([]*gateway.Engines, 0, len(e.nss))
