@@ -38,11 +38,11 @@ func (r *Request) copyOut(addr uint64, b []byte) bool {
 }
 
 func (n *Engines) msgget(r *Request) {
-	eng := n.msg
-	if err := r.Valid(); err != nil {
+	key, flg := int32(r.Arg(0)), int(int32(r.Arg(1)))
+	if mayCreate(key, flg) && r.Valid() != nil {
 		return
 	}
-	id, err := eng.Msgget(&r.Task.Caller, int32(r.Arg(0)), int(int32(r.Arg(1))))
+	id, err := n.msg.Msgget(&r.Task.Caller, key, flg)
 	r.Reply(int64(id), err)
 }
 

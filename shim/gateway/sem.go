@@ -25,12 +25,22 @@ func abiPerm(p *ipcns.Perm) abi.IPC64Perm {
 }
 
 func (n *Engines) semget(r *Request) {
-	eng := n.sem
-	if err := r.Valid(); err != nil {
+	key, flg := int32(r.Arg(0)), int(int32(r.Arg(2)))
+	if mayCreate(key, flg) && r.Valid() != nil {
 		return
 	}
-	id, err := eng.Semget(&r.Task.Caller, int32(r.Arg(0)), int(int32(r.Arg(1))), int(int32(r.Arg(2))))
+	id, err := n.sem.Semget(&r.Task.Caller, key, int(int32(r.Arg(1))), flg)
 	r.Reply(int64(id), err)
+}
+
+// mayCreate reports whether a semget or msgget with key and flg may make
+// an object (IPC_PRIVATE, or IPC_CREAT). Such a call is served only while
+// its caller still waits (ID_VALID): natively it cannot be interrupted,
+// so an object made for a caller that a signal took away is one it never
+// learns of; checking just before narrows that window. A lookup changes
+// nothing and is not checked (an ioctl saved on the commonest get).
+func mayCreate(key int32, flg int) bool {
+	return key == ipcns.IPCPrivate || flg&ipcns.IPCCreat != 0
 }
 
 func (n *Engines) semop(r *Request, timed bool) {
