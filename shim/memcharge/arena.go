@@ -31,8 +31,8 @@ import (
 // first two bytes. A text larger than a block gets a chunk of its own,
 // freed whole.
 //
-// Charging. A page is used only after the helper's fallocate allocated
-// it (fill): a page the shim touches is always one the pod was charged
+// Charging. A page is used only after the helper allocated it (fill;
+// fill.go says how): a page the shim touches is always one the pod was charged
 // for. A fill covers the holes of a whole block, so that a filling queue
 // makes one helper round trip per block, not per message. Freed pages
 // stay allocated for the next texts up to keepFreePages; beyond that they
@@ -452,6 +452,10 @@ func (a *arena) mapChunk(blocks int) (*chunk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: map the text file: %v", errNotArena, err)
 	}
+	// Where shmem THP is on, khugepaged would collapse the pages this
+	// mapping sees into huge folios, holes and all, charging the pod for
+	// them (fill.go). An error means a kernel without THP.
+	_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE)
 	c := &chunk{off: a.next, mem: mem, blocks: make([]block, blocks), slabs: make([]slab, blocks*blockPages),
 		runs: make([]uint8, blocks*blockPages), objs: map[int32]*[4]uint64{}}
 	for i := range c.slabs {

@@ -82,6 +82,9 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, tf) // fd 5
 	}
 	cmd.Env = []string{"GOMAXPROCS=1", "GOGC=off", helperEnv + "=1"}
+	if fillByPages() {
+		cmd.Env = append(cmd.Env, fillEnv+"=1")
+	}
 	// No Pdeathsig: it is tied to the forking thread, which Go may end
 	// (a locked goroutine's); the helper ends when the shim's end of its
 	// socket closes, as it does when the shim dies.
@@ -170,10 +173,12 @@ func (h *helper) stop() {
 // argument is HelperArg: fd 3 is the ballast, fd 4 the shim's socket, fd 5
 // (if open) the message text file. Each request (offset, length, file 0
 // for fd 3 or 1 for fd 5: three little-endian uint64) is answered with the
-// errno of fallocate (0 on success). It returns when the shim closes the
+// errno of the allocation (0 on success): fallocate's, or that of a fill
+// by pages where the host's THP settings call for it (fill.go). It returns when the shim closes the
 // socket.
 func HelperMain() int {
 	runtime.GOMAXPROCS(1)
+	byPages := os.Getenv(fillEnv) == "1"
 	var req [24]byte
 	for {
 		n, err := unix.Read(4, req[:])
@@ -190,12 +195,7 @@ func HelperMain() int {
 			fd = 5
 		}
 		var errno uint32
-		for {
-			err = unix.Fallocate(fd, 0, off, length)
-			if err != unix.EINTR {
-				break
-			}
-		}
+		err = allocate(fd, off, length, byPages)
 		if e, ok := err.(syscall.Errno); ok {
 			errno = uint32(e)
 		} else if err != nil {

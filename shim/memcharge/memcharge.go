@@ -164,8 +164,10 @@ func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 			return true, nil
 		}
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOSPC) {
-			// The pod's cgroup is full and its OOM killer freed nothing
-			// (fallocate undid its partial allocation).
+			// The pod's cgroup is full and its OOM killer freed nothing.
+			// fallocate undid its partial allocation; a fill by pages
+			// did not (fill.go).
+			b.trimLocked(file, off, length)
 			return false, ipcns.ErrNoMemory
 		}
 		// Gone or stuck: reaped first (a stuck fallocate would hold the
