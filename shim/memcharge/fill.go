@@ -133,6 +133,13 @@ func allocatePages(fd int, off, length int64) error {
 	}
 	for {
 		err = unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
+		if err == unix.EINVAL {
+			// A kernel before 5.14: no MADV_POPULATE_WRITE. Touching
+			// the pages instead would make the pod's limit a fault
+			// the helper cannot fail; fallocate's huge folios are
+			// the lesser harm.
+			return allocate(fd, off, length, false)
+		}
 		if err != unix.EINTR {
 			return err
 		}
