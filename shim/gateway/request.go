@@ -181,20 +181,11 @@ func (r *Request) matchesRegs(regs *tasktrace.Regs) bool {
 // (SECCOMP_IOCTL_NOTIF_ADDFD with SEND), or, where the answer is not 0,
 // a SEND whose fate the kernel reports (await).
 func (r *Request) commit(val int64) bool {
-	if r.gone.Load() || !r.startAnswer() {
+	pre, raced, ok := r.claimCommit()
+	if !ok {
 		return false
 	}
 	defer r.answering.Unlock()
-	g := r.g
-	g.syncEventsLocked()
-	if r.gone.Load() || r.bindCheck() != nil {
-		// Gone, or (a Task not yet bound) its tid may name another task
-		// now: nothing is written, the message stays.
-		return false
-	}
-	p := r.Task.proc
-	pre := g.seqNow.Load()
-	raced := p.mayBeSignalled(r.recvSeq)
 	if raced && val == 0 {
 		if ok, done := r.confirm(); done {
 			return ok
@@ -203,9 +194,35 @@ func (r *Request) commit(val int64) bool {
 	if !r.send(val, 0) {
 		return false
 	}
+	return r.taken(pre, raced)
+}
+
+// claimCommit claims the answer for commit or commitWrite and checks that
+// the call can still take one. On success r.answering is held (the
+// caller unlocks it), pre is the count of events applied before the
+// answer, and raced says whether a signal may race with it.
+func (r *Request) claimCommit() (pre uint64, raced, ok bool) {
+	if r.gone.Load() || !r.startAnswer() {
+		return 0, false, false
+	}
+	r.g.syncEventsLocked()
+	if r.gone.Load() || r.bindCheck() != nil {
+		// Gone, or (a Task not yet bound) its tid may name another task
+		// now: nothing is written, the message stays.
+		r.answering.Unlock()
+		return 0, false, false
+	}
+	pre = r.g.seqNow.Load()
+	raced = r.Task.proc.mayBeSignalled(r.recvSeq)
+	return pre, raced, true
+}
+
+// taken reports whether the answer just sent, claimed when pre events
+// were applied, was taken by the task.
+func (r *Request) taken(pre uint64, raced bool) bool {
 	if !raced {
-		g.syncEventsLocked()
-		if p.sigGen.Load() <= pre {
+		r.g.syncEventsLocked()
+		if r.Task.proc.sigGen.Load() <= pre {
 			// No signal was queued for the process before the SEND
 			// completed: the kernel cannot have discarded the answer.
 			return true
@@ -342,20 +359,11 @@ func (r *Request) ended(err error) {
 // only then). A write that faults is answered EFAULT and counts as taken,
 // as Linux consumes a message whose copy-out fails.
 func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
-	if r.gone.Load() || !r.startAnswer() {
+	pre, raced, ok := r.claimCommit()
+	if !ok {
 		return false
 	}
 	defer r.answering.Unlock()
-	g := r.g
-	g.syncEventsLocked()
-	if r.gone.Load() || r.bindCheck() != nil {
-		// Gone, or (a Task not yet bound) its tid may name another task
-		// now: nothing is written, the message stays.
-		return false
-	}
-	p := r.Task.proc
-	pre := g.seqNow.Load()
-	raced := p.mayBeSignalled(r.recvSeq)
 	var saved []byte
 	if raced {
 		saved = make([]byte, n)
@@ -376,13 +384,7 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 		restore()
 		return false
 	}
-	if !raced {
-		g.syncEventsLocked()
-		if p.sigGen.Load() <= pre {
-			return true
-		}
-	}
-	if r.await(pre) {
+	if r.taken(pre, raced) {
 		return true
 	}
 	restore()
