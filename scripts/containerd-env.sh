@@ -86,7 +86,8 @@ stop)
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$dir/containerd.pid"
   # Unmount anything left under the state dir (rootfs bind mounts).
-  grep -o " $dir/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  # (None left is the usual case: grep finding nothing is not a failure.)
+  { grep -o " $dir/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   ;;
 *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo (make demo; needs root), about 10 s once built:
+# The demo (make demo; needs root), 5-12 s once built (quiet to loaded):
 #   1. a busybox rootfs with ipct (the static IPC tool) in a temp dir;
 #   2. a private containerd (own root, state and socket in the temp dir;
 #      never the system's) with build/bin/containerd-shim-ipc-v2 on its PATH;
@@ -55,7 +55,7 @@ ipct worker 0x5eed 0x90e0e 500 >/tmp/w2 & w2=$!
 wait $w1 $w2
 echo "counter = $(ipct msgrcv 0x90e0e 1) (expected 1000)"
 ipct msgsnd 0x90e0e 1 1000 >/dev/null
-echo "-- the objects, as ipcs shows them (keys in hex):"
+echo "-- the objects, in ipcs's layout (keys in hex; busybox has no ipcs):"
 awk "NR > 1 { printf \"sem  key 0x%08x  semid %-3s perms %s  nsems %s\\n\", \$1, \$2, \$3, \$4 }" /proc/sysvipc/sem
 awk "NR > 1 { printf \"msg  key 0x%08x  msqid %-3s perms %s  used-bytes %s  messages %s\\n\", \$1, \$2, \$3, \$4, \$5 }" /proc/sysvipc/msg
 echo "-- /proc/sysvipc/sem and /proc/sysvipc/msg in the container (served by the shim; the kernel prints keys in decimal: 24301 = 0x5eed, 593422 = 0x90e0e):"

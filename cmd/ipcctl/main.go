@@ -6,6 +6,7 @@
 //	ipcctl [-json] [-limit N] [-offset N] [show]       the sets and queues from the N-th
 //	ipcctl [-json] -set ID [-ns INODE] [-offset N]      a set's semaphores, -limit of them
 //	ipcctl [-json] waiters                              only the sleepers
+//	ipcctl [-container ID | -pod NAME] socket           the control socket(s), one a line
 //	ipcctl metrics                                      every shim's metrics, merged (Prometheus text)
 //	ipcctl exporter -listen 127.0.0.1:9863              serve them for a node-level scrape
 //
@@ -16,18 +17,21 @@
 // -offset, and its undo entries' adjustments of them.
 //
 // It finds the shims by their control sockets in
-// /run/containerd-shim-ipc/control (see package shim/control) and needs
-// root, like the sockets.
+// /run/containerd-shim-ipc/control (see package shim/control); the
+// sockets are named by a hash of the shim's address, so `ipcctl
+// -container ID socket` is how to find the one serving a container. It
+// needs root, like the sockets.
 //
 // Exit status: 0 when something was shown; 1 on an error (no shim that
 // was asked answered); 2 on a usage error; 3 when no shim serves System V
 // IPC on the node (nothing running); 4 when shims run but none holds the
-// -pod or -container asked for (not found).
+// -pod or -container asked for (not found). metrics exits 0, 1 or 3 alike.
 package main
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,8 +62,13 @@ type SocketError struct {
 	Error  string `json:"error"`
 }
 
-func main() {
-	fs := flag.NewFlagSet("ipcctl", flag.ExitOnError)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is ipcctl with args, writing to stdout and stderr; it returns the
+// exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ipcctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	dir := fs.String("dir", control.Dir, "directory of the shims' control sockets")
 	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of tables")
 	pod := fs.String("pod", "", "only the engine namespace of this pod (name or namespace/name)")
@@ -71,55 +80,77 @@ func main() {
 	offset := fs.Int("offset", 0, "with -set: the first semaphore shown; without: the first set and queue listed")
 	limit := fs.Int("limit", 0, fmt.Sprintf("cap of each list per namespace, and of a set's page (default %d, at most %d)", control.DefaultLimit, control.MaxLimit))
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: ipcctl [flags] [show|waiters|metrics|exporter]\n")
+		fmt.Fprintf(fs.Output(), "usage: ipcctl [flags] [show|waiters|socket|metrics|exporter]\n")
 		fs.PrintDefaults()
 	}
-	_ = fs.Parse(os.Args[1:])
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitShown
+		}
+		return exitUsage
+	}
 	cmd := "show"
 	if fs.NArg() > 0 {
 		cmd = fs.Arg(0)
-		_ = fs.Parse(fs.Args()[1:]) // flags after the command
+		if err := fs.Parse(fs.Args()[1:]); err != nil { // flags after the command
+			return exitUsage
+		}
 		if fs.NArg() > 0 {
-			usageError(fs, fmt.Sprintf("unexpected argument %q after %s", fs.Arg(0), cmd))
+			return usageError(fs, fmt.Sprintf("unexpected argument %q after %s", fs.Arg(0), cmd))
 		}
 	}
 	switch cmd {
-	case "show", "waiters":
+	case "show", "waiters", "socket":
 		q := control.Query{NS: *ns, Offset: *offset, Limit: *limit}
 		if *set >= 0 {
 			q.Set, q.HasSet = int32(*set), true
 		}
-		out := collect(*dir, *timeout, q)
+		out, err := collect(*dir, *timeout, q)
+		if err != nil {
+			return fatal(stderr, err)
+		}
 		running := len(out.Shims) > 0
 		filter(&out, *pod, *ctr)
-		if *asJSON {
-			enc := json.NewEncoder(os.Stdout)
+		switch {
+		case cmd == "socket":
+			// One line per shim: the control socket to curl.
+			for _, s := range out.Shims {
+				fmt.Fprintln(stdout, s.Shim.Socket)
+			}
+		case *asJSON:
+			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(out); err != nil {
-				fatal(err)
+				return fatal(stderr, err)
 			}
-		} else {
-			printTables(os.Stdout, &out, cmd == "waiters")
+		default:
+			printTables(stdout, &out, running, cmd == "waiters")
 		}
-		os.Exit(showStatus(&out, running, *pod, *ctr))
+		return showStatus(stderr, &out, running, *pod, *ctr)
 	case "metrics":
-		if err := writeMetrics(os.Stdout, *dir, *timeout); err != nil {
-			fatal(err)
+		n, err := writeMetrics(stdout, stderr, *dir, *timeout)
+		if err != nil {
+			return fatal(stderr, err)
 		}
+		if n == 0 {
+			fmt.Fprintln(stderr, "ipcctl: no shim serves System V IPC on this node")
+			return exitNothing
+		}
+		return exitShown
 	case "exporter":
 		http.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 			var b bytes.Buffer
-			if err := writeMetrics(&b, *dir, *timeout); err != nil {
+			if _, err := writeMetrics(&b, stderr, *dir, *timeout); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 			_, _ = w.Write(b.Bytes())
 		})
-		fmt.Fprintf(os.Stderr, "ipcctl: serving the shims' metrics on http://%s/metrics\n", *listen)
-		fatal(http.ListenAndServe(*listen, nil))
+		fmt.Fprintf(stderr, "ipcctl: serving the shims' metrics on http://%s/metrics\n", *listen)
+		return fatal(stderr, http.ListenAndServe(*listen, nil))
 	default:
-		usageError(fs, fmt.Sprintf("unknown command %q", cmd))
+		return usageError(fs, fmt.Sprintf("unknown command %q", cmd))
 	}
 }
 
@@ -133,8 +164,8 @@ const (
 )
 
 // showStatus is show's exit status: nothing running, not found, every
-// shim failing, or shown.
-func showStatus(out *Output, running bool, pod, ctr string) int {
+// shim failing, or shown. It says on stderr what was not found.
+func showStatus(stderr io.Writer, out *Output, running bool, pod, ctr string) int {
 	switch {
 	case !running && len(out.Errors) > 0:
 		return exitError
@@ -145,29 +176,30 @@ func showStatus(out *Output, running bool, pod, ctr string) int {
 		if pod != "" {
 			what = "pod " + pod
 		}
-		fmt.Fprintf(os.Stderr, "ipcctl: no shim serves %s\n", what)
+		fmt.Fprintf(stderr, "ipcctl: no shim serves %s\n", what)
 		return exitNotFound
 	}
 	return exitShown
 }
 
-// usageError names what was wrong, prints the usage and exits 2.
-func usageError(fs *flag.FlagSet, msg string) {
-	fmt.Fprintf(os.Stderr, "ipcctl: %s\n", msg)
+// usageError names what was wrong and prints the usage; it returns 2.
+func usageError(fs *flag.FlagSet, msg string) int {
+	fmt.Fprintf(fs.Output(), "ipcctl: %s\n", msg)
 	fs.Usage()
-	os.Exit(exitUsage)
+	return exitUsage
 }
 
-func fatal(err error) {
-	fmt.Fprintln(os.Stderr, "ipcctl:", err)
-	os.Exit(exitError)
+// fatal reports err; it returns 1.
+func fatal(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, "ipcctl:", err)
+	return exitError
 }
 
-func collect(dir string, timeout time.Duration, q control.Query) Output {
+func collect(dir string, timeout time.Duration, q control.Query) (Output, error) {
 	out := Output{Shims: []control.Snapshot{}}
 	socks, err := control.Sockets(dir)
 	if err != nil {
-		fatal(err)
+		return out, err
 	}
 	for _, s := range socks {
 		snap, err := control.NewClient(s, timeout).StateQuery(q)
@@ -177,7 +209,7 @@ func collect(dir string, timeout time.Duration, q control.Query) Output {
 		}
 		out.Shims = append(out.Shims, *snap)
 	}
-	return out
+	return out, nil
 }
 
 func filter(out *Output, pod, ctr string) {
@@ -254,11 +286,14 @@ func pidStr(n *control.NamespaceState, p *control.Pid) string {
 	return s
 }
 
-func printTables(w io.Writer, out *Output, waitersOnly bool) {
+// printTables writes out as tables; running says whether any shim
+// answered before -pod/-container filtered (when none did, it says so;
+// when the filter left none, showStatus does).
+func printTables(w io.Writer, out *Output, running, waitersOnly bool) {
 	for _, e := range out.Errors {
 		fmt.Fprintf(w, "# %s: no answer (%s)\n", e.Socket, e.Error)
 	}
-	if len(out.Shims) == 0 {
+	if !running {
 		fmt.Fprintln(w, "no shim serves System V IPC on this node")
 		return
 	}
@@ -399,25 +434,27 @@ func human(n int64) string {
 }
 
 // writeMetrics merges the metrics of every shim: families by name, the
-// series of each shim kept (their ipc_ns and shim_pid labels differ).
-func writeMetrics(w io.Writer, dir string, timeout time.Duration) error {
+// series of each shim kept (their ipc_ns and shim_pid labels differ). It
+// returns how many shims answered; none of several is an error.
+func writeMetrics(w, stderr io.Writer, dir string, timeout time.Duration) (shims int, err error) {
 	socks, err := control.Sockets(dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fams := map[string]*dto.MetricFamily{}
 	for _, s := range socks {
 		b, err := control.NewClient(s, timeout).Get("/metrics")
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "ipcctl: %s: %v\n", s, err)
+			fmt.Fprintf(stderr, "ipcctl: %s: %v\n", s, err)
 			continue
 		}
 		p := expfmt.NewTextParser(model.UTF8Validation)
 		mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "ipcctl: %s: %v\n", s, err)
+			fmt.Fprintf(stderr, "ipcctl: %s: %v\n", s, err)
 			continue
 		}
+		shims++
 		for name, mf := range mfs {
 			if have := fams[name]; have != nil {
 				have.Metric = append(have.Metric, mf.Metric...)
@@ -433,8 +470,11 @@ func writeMetrics(w io.Writer, dir string, timeout time.Duration) error {
 	sort.Strings(names)
 	for _, n := range names {
 		if _, err := expfmt.MetricFamilyToText(w, fams[n]); err != nil {
-			return err
+			return shims, err
 		}
 	}
-	return nil
+	if shims == 0 && len(socks) > 0 {
+		return 0, fmt.Errorf("none of the %d shims' control sockets answered", len(socks))
+	}
+	return shims, nil
 }
