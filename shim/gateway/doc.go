@@ -32,8 +32,8 @@ package gateway
 //     Request.commit), so an answer the task does not take is undone
 //     before anyone sees it.
 //
-// Following one semop(2): three files, read top to bottom, and the calls
-// they make that return at once.
+// Following one semop(2): gateway.go, sem.go and the semengine package,
+// read top to bottom, and the calls they make on the way.
 //
 //	gateway.go  ServeListener → receive → dispatch   RECV (hand the turn on
 //	                                                 if calls wait), then:
@@ -41,8 +41,14 @@ package gateway
 //	              syncEvents (events.go)             exits, signals first
 //	              resolve (task.go)                  the thread's Task
 //	              restart                            a restart? answered here
+//	              listener.ordered                   with overlapping receivers:
+//	                                                 waits for earlier calls on
+//	                                                 the same object
 //	              EngineTable.EnginesOf              IPC namespace → *Engines
-//	                (shim/task; internal/harness)    (a lookup, no lock)
+//	                (shim/task; internal/harness)    (the shim's lookup of a
+//	                                                 served namespace takes no
+//	                                                 lock; making a nested one
+//	                                                 may wait for its charge)
 //	            → call                               by syscall:
 //	sem.go      Engines.semop                        copy timeout and sembufs
 //	                                                 in (internal/abi); errors

@@ -24,9 +24,17 @@ import (
 // charged to the helper's memory cgroup, the pod's, as a fault of its
 // own). Unlike fallocate, a fill by pages that fails (ENOMEM at the pod's
 // limit) keeps what it allocated: the shim trims it (Ballast.fillLocked,
-// and the arena's punch of a block's former holes). With shmem_enabled
-// "force" (a testing setting) the kernel ignores MADV_NOHUGEPAGE: nothing
-// here can help.
+// and the arena's punch of a block's former holes). The kernel honours
+// MADV_NOHUGEPAGE also with shmem_enabled "force" (measured on 6.18: a
+// 4 KiB populate took 4 KiB, a fallocate 2 MiB). The per-size knobs
+// (hugepages-*/shmem_enabled) govern anonymous shared mappings only
+// (mm/shmem.c, shmem_allowable_huge_orders: a memfd gets the global
+// orders); reading them can only choose pages where fallocate would have
+// done, which costs nothing but speed.
+//
+// A fill by pages maps at most fillPiece bytes at a time: mapped shmem
+// pages count in the helper's OOM badness (shmem-rss), and the helper
+// must stay the pod OOM killer's last choice (helper.go).
 
 // fillEnv tells a helper to allocate by pages (fillByPages) when "1".
 const fillEnv = "CONTAINERD_SHIM_IPC_MEMCHARGE_PAGES"
@@ -109,8 +117,11 @@ func allocate(fd int, off, length int64, byPages bool) error {
 	}
 }
 
+// fillPiece is the most a fill by pages maps at once.
+const fillPiece = blockSize
+
 // allocatePages allocates fd's pages [off, off+length) as base pages
-// through a mapping of its own, growing the file first if it ends before
+// through mappings of its own, growing the file first if it ends before
 // (the ballast grows by its fills, as by fallocate's). off and length are
 // multiples of the page size.
 func allocatePages(fd int, off, length int64) error {
@@ -123,25 +134,48 @@ func allocatePages(fd int, off, length int64) error {
 			return err
 		}
 	}
-	mem, err := unix.Mmap(fd, off, int(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return err
-	}
-	defer unix.Munmap(mem)
-	if err := unix.Madvise(mem, unix.MADV_NOHUGEPAGE); err != nil {
-		return err
-	}
-	for {
-		err = unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
+	for done := int64(0); done < length; {
+		n := min(length-done, fillPiece)
+		err := populate(fd, off+done, n)
 		if err == unix.EINVAL {
 			// A kernel before 5.14: no MADV_POPULATE_WRITE. Touching
 			// the pages instead would make the pod's limit a fault
 			// the helper cannot fail; fallocate's huge folios are
 			// the lesser harm.
-			return allocate(fd, off, length, false)
+			return allocate(fd, off+done, length-done, false)
 		}
-		if err != unix.EINTR {
+		if err != nil {
 			return err
 		}
+		done += n
+	}
+	return nil
+}
+
+// populate allocates the pages [off, off+n) of fd through a mapping that
+// refuses huge pages, unmapped before it returns.
+func populate(fd int, off, n int64) error {
+	mem, err := unix.Mmap(fd, off, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(mem)
+	// EINVAL: a kernel without THP, where no huge folio can be had.
+	if err := unix.Madvise(mem, unix.MADV_NOHUGEPAGE); err != nil && err != unix.EINVAL {
+		return err
+	}
+	for {
+		err = unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EFAULT:
+			// shmem's fault turns its ENOSPC (the commit limit under
+			// vm.overcommit_memory=2, as fallocate reports it) into
+			// SIGBUS, which MADV_POPULATE_WRITE reports as EFAULT: the
+			// shim refuses the charge on ENOSPC, as after fallocate.
+			return unix.ENOSPC
+		}
+		return err
 	}
 }

@@ -97,7 +97,8 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 	// Without CAP_SYS_RESOURCE the helper keeps the shim's score (which
 	// containerd sets for its shims); its few pages of its own make it
 	// the pod OOM killer's last choice anyway (the ballast is not mapped,
-	// so not counted against it).
+	// so not counted against it; a fill by pages maps one fillPiece at a
+	// time).
 	_ = os.WriteFile("/proc/"+pid+"/oom_score_adj", []byte("-1000"), 0)
 	for _, p := range procs {
 		if err := os.WriteFile(p, []byte(pid), 0); err != nil {
