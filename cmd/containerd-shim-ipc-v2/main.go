@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -29,6 +31,19 @@ func main() {
 		printVersion(os.Stdout, filepath.Base(os.Args[0]), bi, ok)
 		return
 	}
+	flag.Usage = usage
 	task.Register()
 	shim.RunShim(context.Background(), task.NewManager())
+}
+
+// usage is -h's text: containerd's shim registers the flags (and leaves
+// -v without a description); this says what the binary is first.
+func usage() {
+	if f := flag.Lookup("v"); f != nil && f.Usage == "" {
+		f.Usage = "same as -version"
+	}
+	w := flag.CommandLine.Output()
+	fmt.Fprintf(w, "Usage of %s:\n", filepath.Base(os.Args[0]))
+	fmt.Fprintf(w, "containerd starts this shim for runtime type io.containerd.ipc.v2 (see README.md); it is not run by hand.\n")
+	flag.PrintDefaults()
 }

@@ -22,7 +22,7 @@ const containerdModule = "github.com/containerd/containerd/v2"
 // the first non-flag argument and not as another flag's value.
 func versionArg(args []string) bool {
 	valued := map[string]bool{"namespace": true, "id": true, "address": true,
-		"publish-binary": true, "bundle": true, "socket": true, "debug-address": true}
+		"publish-binary": true, "bundle": true, "socket": true, "debug-socket": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") {

@@ -21,6 +21,7 @@ func TestVersionArg(t *testing.T) {
 		{[]string{"-namespace", "k8s.io", "-id", "x", "start"}, false},
 		{[]string{"start", "-v"}, false},
 		{[]string{"-debug", "-v"}, true},
+		{[]string{"-debug-socket", "-v", "start"}, false}, // -v is the socket path
 		{nil, false},
 	} {
 		if got := versionArg(c.args); got != c.want {
