@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -58,6 +59,17 @@ func memoryCgroup(cgroupFile, mountinfo string) (string, error) {
 type cgroupMount struct{ dir, root string }
 
 func (m *cgroupMount) procs(path string) (string, error) {
+	// /proc/PID/cgroup and mountinfo give paths relative to the reader's
+	// cgroup namespace root (kernel/cgroup/cgroup.c: proc_cgroup_show
+	// and cgroup_show_path call cgroup_path_ns with current's
+	// cgroup_ns); a cgroup outside it reads "/../x" (kernfs_path_from_node
+	// climbs with ".."). filepath.Clean would fold that into the mount
+	// ("/x", another cgroup): it is out of the shim's reach instead.
+	for _, p := range []string{path, m.root} {
+		if slices.Contains(strings.Split(p, "/"), "..") {
+			return "", fmt.Errorf("cgroup %s is outside the shim's cgroup namespace (mounted root %s)", path, m.root)
+		}
+	}
 	rel := path
 	if m.root != "/" {
 		if path != m.root && !strings.HasPrefix(path, m.root+"/") {

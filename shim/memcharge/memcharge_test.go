@@ -215,6 +215,21 @@ func TestMemoryCgroupParse(t *testing.T) {
 	if p, err := memoryCgroup(cg, mi); err != nil || p != filepath.Join(uni, "with space", "y", "cgroup.procs") {
 		t.Fatalf("v2 below a mounted root: %q, %v", p, err)
 	}
+	// A process outside the shim's cgroup namespace: its path climbs
+	// above the namespace's root, and must not be folded into the mount
+	// (where "x" names another cgroup).
+	os.WriteFile(mi, []byte("41 31 0:38 / "+uni+" rw - cgroup2 cgroup2 rw\n"), 0o644)
+	os.WriteFile(cg, []byte("0::/../x\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err == nil {
+		t.Fatalf("v2 outside the cgroup namespace: %q", p)
+	}
+	// A mount whose root is outside the namespace (bind-mounted from
+	// the host's view).
+	os.WriteFile(mi, []byte("41 31 0:38 /.. "+uni+" rw - cgroup2 cgroup2 rw\n"), 0o644)
+	os.WriteFile(cg, []byte("0::/x\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err == nil {
+		t.Fatalf("v2 mounted from outside the cgroup namespace: %q", p)
+	}
 }
 
 // A helper that does not answer (its cgroup frozen; here stopped) is
