@@ -226,8 +226,8 @@ func BenchmarkText(b *testing.B) {
 // that holds held bytes of 8 KiB texts already.
 func benchArena(b *testing.B, size, held int) {
 	dir, _ := testCgroup(b, 256<<20)
-	bal, err := New("bench", func() (string, []string, error) {
-		return "ctr", []string{dir + "/cgroup.procs"}, nil
+	bal, err := New("bench", func() ([]Place, error) {
+		return []Place{{Container: "ctr", Procs: dir + "/cgroup.procs"}}, nil
 	}, b.Logf)
 	if err != nil {
 		b.Fatal(err)
@@ -380,11 +380,11 @@ func hostlessBallast(t *testing.T, limit int64) (b *Ballast, noHost *atomic.Bool
 	t.Helper()
 	dir, _ := testCgroup(t, limit)
 	noHost = new(atomic.Bool)
-	b, err := New(t.Name(), func() (string, []string, error) {
+	b, err := New(t.Name(), func() ([]Place, error) {
 		if noHost.Load() {
-			return "", nil, errors.New("no container to host a helper")
+			return nil, errors.New("no container to host a helper")
 		}
-		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+		return []Place{{Container: "ctr", Procs: filepath.Join(dir, "cgroup.procs")}}, nil
 	}, t.Logf)
 	if err != nil {
 		t.Fatal(err)

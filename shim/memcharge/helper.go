@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,9 +39,9 @@ const (
 )
 
 // startHelper starts a helper with memfd and textfd (-1: none), puts it
-// in the cgroup host names, and protects it from the pod's OOM killer.
-// The helper allocates nothing before it is told to, so every page it
-// allocates is the pod's.
+// in the first cgroup host names that takes it (settle), and protects it
+// from the pod's OOM killer. The helper allocates nothing before it is
+// told to, so every page it allocates is the pod's.
 func startHelper(memfd, textfd int, host Host) (*helper, error) {
 	if os.Getenv(helperEnv) != "" {
 		// This process was started as a helper but is not one (a binary
@@ -47,9 +49,12 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 		// from it would recurse.
 		return nil, errors.New("not starting a helper from a helper")
 	}
-	container, procs, err := host()
+	places, err := host()
 	if err != nil {
 		return nil, err
+	}
+	if len(places) == 0 {
+		return nil, errors.New("no cgroup to put a helper in")
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -92,7 +97,7 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 		mine.Close()
 		return nil, fmt.Errorf("start %s %s: %w", cmd.Path, HelperArg, err)
 	}
-	h := &helper{container: container, cmd: cmd, conn: mine, timeout: helperTimeout}
+	h := &helper{cmd: cmd, conn: mine, timeout: helperTimeout}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	// Without CAP_SYS_RESOURCE the helper keeps the shim's score (which
 	// containerd sets for its shims); its few pages of its own make it
@@ -100,13 +105,107 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 	// so not counted against it; a fill by pages maps one fillPiece at a
 	// time).
 	_ = os.WriteFile("/proc/"+pid+"/oom_score_adj", []byte("-1000"), 0)
-	for _, p := range procs {
-		if err := os.WriteFile(p, []byte(pid), 0); err != nil {
-			h.stop()
-			return nil, fmt.Errorf("move the helper into %s: %w", p, err)
-		}
+	if h.container, err = settle(cmd.Process.Pid, places); err != nil {
+		h.stop()
+		return nil, err
 	}
 	return h, nil
+}
+
+// settle moves process pid into the first of places that takes it and
+// returns that place's container. A place is passed over when:
+//
+//   - its cgroup is frozen (cgroup v2: cgroup.freeze, its own or an
+//     ancestor's, as runc pause and systemctl freeze set it). A task
+//     that enters a freezing cgroup is frozen itself
+//     (kernel/cgroup/freezer.c: cgroup_freezer_migrate_task), and a
+//     frozen helper answers nothing: every growth would wait
+//     helperTimeout for it, twice. On v1 the helper joins only the
+//     memory hierarchy, never a freezer cgroup.
+//   - writing its cgroup.procs fails, on v2 with EBUSY for a cgroup
+//     that has controllers enabled for its children (the
+//     no-internal-process rule) or EOPNOTSUPP for one whose type is
+//     "domain invalid" (kernel/cgroup/cgroup.c: cgroup_migrate_vet_dst),
+//     and the cgroup the place's Pid is in now, if below it, does not
+//     take it either. That one holds a process, so the rule does not
+//     refuse it.
+func settle(pid int, places []Place) (string, error) {
+	var errs []error
+	for _, p := range places {
+		if d := frozenAt(filepath.Dir(p.Procs)); d != "" {
+			errs = append(errs, fmt.Errorf("%s: frozen (%s)", p.Procs, filepath.Join(d, "cgroup.freeze")))
+			continue
+		}
+		err := writePid(p.Procs, pid)
+		if err == nil {
+			return p.Container, nil
+		}
+		errs = append(errs, err)
+		if p.Pid <= 0 {
+			continue
+		}
+		leaf, lerr := leafBelow(p.Pid, p.Procs)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		if err := writePid(leaf, pid); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return p.Container, nil
+	}
+	return "", errors.Join(errs...)
+}
+
+// writePid writes pid to the cgroup.procs file procs.
+func writePid(procs string, pid int) error {
+	if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fmt.Errorf("move the helper into %s: %w", procs, err)
+	}
+	return nil
+}
+
+// memoryCgroupOf is MemoryCgroup; a test replaces it.
+var memoryCgroupOf = MemoryCgroup
+
+// leafBelow returns the cgroup.procs file of the memory cgroup process
+// pid is in now, if that cgroup is strictly below procs's: a cgroup a
+// container made inside its own. A pid reused by a process of another
+// container is not below, and is refused.
+func leafBelow(pid int, procs string) (string, error) {
+	now, err := memoryCgroupOf(pid)
+	if err != nil {
+		return "", fmt.Errorf("memory cgroup of pid %d: %w", pid, err)
+	}
+	if !strings.HasPrefix(filepath.Dir(now), filepath.Dir(procs)+"/") {
+		return "", fmt.Errorf("pid %d is in %s, not below %s", pid, filepath.Dir(now), filepath.Dir(procs))
+	}
+	return now, nil
+}
+
+// frozenAt returns the cgroup, dir or an ancestor, whose cgroup.freeze
+// is 1, or "". cgroup.freeze is a v2 file and absent from the root
+// cgroup (CFTYPE_NOT_ON_ROOT): the walk ends at the first directory
+// without one, at once in a v1 memory hierarchy. Freezing propagates to
+// descendants (kernel/cgroup/freezer.c: cgroup_freeze raises e_freeze
+// in each), but a descendant's own cgroup.freeze still reads 0: the
+// ancestors must be read too.
+func frozenAt(dir string) string {
+	for d := dir; ; {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.freeze"))
+		if err != nil {
+			return ""
+		}
+		if strings.TrimSpace(string(b)) == "1" {
+			return d
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return ""
+		}
+		d = parent
+	}
 }
 
 // dupFile returns a copy of fd for a child's ExtraFiles, closed with the

@@ -53,10 +53,24 @@ const retryAfter = 10 * time.Second
 // message.
 const Granule = 256 << 10
 
-// Host says where a Ballast's helper goes: the cgroup.procs files of a
-// member container's cgroup (one per hierarchy that has the memory
-// controller) and the container's id, for Evict.
-type Host func() (container string, procs []string, err error)
+// Host says where a Ballast's helper may go, in order of preference: the
+// first Place that takes it (startHelper) gets it.
+type Host func() ([]Place, error)
+
+// Place is a memory cgroup a helper may go to: a member container's.
+type Place struct {
+	// Container is the container's id, for Evict ("" for none).
+	Container string
+	// Procs is the cgroup.procs file of the container's memory cgroup
+	// (MemoryCgroup of one of its processes when it was recorded).
+	Procs string
+	// Pid, if not 0, is the process Procs was read from. On cgroup v2 a
+	// container may have made cgroups below its own and given them
+	// controllers since (systemd as a container's init does), and its
+	// own then takes no process (the no-internal-process rule): the
+	// helper goes where Pid is now, if that is below Procs's cgroup.
+	Pid int
+}
 
 // Ballast is an ipcns.Account whose charges are real pages in the pod's
 // memory cgroup.
@@ -181,9 +195,10 @@ func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 		if errors.Is(err, errDiedAllocating) {
 			return false, ipcns.ErrNoMemory
 		}
-		// Stuck twice (errHelperStuck: a frozen cgroup, or a machine
-		// too loaded to start a helper in time) or another failure:
-		// nothing says the pod is out of memory.
+		// Stuck twice (errHelperStuck: a machine too loaded to start a
+		// helper in time; a cgroup frozen after its helper came is not
+		// chosen again, see settle) or another failure: nothing says
+		// the pod is out of memory.
 		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
 		b.unbackedUntil = time.Now().Add(retryAfter)
 		return false, nil

@@ -64,8 +64,8 @@ func readInt(t *testing.T, path string) int64 {
 
 func newBallast(t *testing.T, dir string) *Ballast {
 	t.Helper()
-	b, err := New(t.Name(), func() (string, []string, error) {
-		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+	b, err := New(t.Name(), func() ([]Place, error) {
+		return []Place{{Container: "ctr", Procs: filepath.Join(dir, "cgroup.procs")}}, nil
 	}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -306,11 +306,11 @@ func TestHelperNeverAnswers(t *testing.T) {
 func TestUnbackedRetries(t *testing.T) {
 	dir, usage := testCgroup(t, 256<<20)
 	fail := true
-	b, err := New(t.Name(), func() (string, []string, error) {
+	b, err := New(t.Name(), func() ([]Place, error) {
 		if fail {
-			return "", nil, errors.New("no host yet")
+			return nil, errors.New("no host yet")
 		}
-		return "ctr", []string{filepath.Join(dir, "cgroup.procs")}, nil
+		return []Place{{Container: "ctr", Procs: filepath.Join(dir, "cgroup.procs")}}, nil
 	}, t.Logf)
 	if err != nil {
 		t.Fatal(err)

@@ -139,8 +139,10 @@ type servedContainer struct {
 	ino   uint64 // 0 until runc sent the container's listener
 	seq   uint64 // order of recording: a shared pid namespace is the first's
 	// cgroup is the cgroup.procs file of the container's memory cgroup
-	// (with ChargePods), read when its first listener came.
-	cgroup string
+	// (with ChargePods), read when its first listener came, from the
+	// process cgroupPid.
+	cgroup    string
+	cgroupPid int
 	// foreign marks a container of another shim process that joined an
 	// IPC namespace this shim serves (its runc was given this shim's
 	// socket). This shim never sees its Delete: it is a member while its
@@ -183,20 +185,27 @@ type servedNamespace struct {
 type hostProcess struct {
 	container string
 	procs     string // the cgroup.procs file of its memory cgroup
+	pid       int    // the process procs was read from
 }
 
-// host is the namespace's memcharge.Host: the memory cgroup of its
-// earliest container not deleted (a pod's sandbox).
-func (e *servedNamespace) host() (string, []string, error) {
+// host is the namespace's memcharge.Host: the memory cgroups of its
+// containers not deleted, earliest first (a pod's sandbox). The helper
+// goes to the first that takes it: on cgroup v2 one may be frozen (runc
+// pause) or have become a parent cgroup (memcharge.Place.Pid).
+func (e *servedNamespace) host() ([]memcharge.Place, error) {
 	e.hostMu.Lock()
 	defer e.hostMu.Unlock()
 	if len(e.hosts) == 0 {
-		return "", nil, errors.New("no container left")
+		return nil, errors.New("no container left")
 	}
-	return e.hosts[0].container, []string{e.hosts[0].procs}, nil
+	places := make([]memcharge.Place, len(e.hosts))
+	for i, h := range e.hosts {
+		places[i] = memcharge.Place{Container: h.container, Procs: h.procs, Pid: h.pid}
+	}
+	return places, nil
 }
 
-func (e *servedNamespace) addHost(container, procs string) {
+func (e *servedNamespace) addHost(container, procs string, pid int) {
 	e.hostMu.Lock()
 	defer e.hostMu.Unlock()
 	for _, h := range e.hosts {
@@ -204,7 +213,7 @@ func (e *servedNamespace) addHost(container, procs string) {
 			return
 		}
 	}
-	e.hosts = append(e.hosts, hostProcess{container, procs})
+	e.hosts = append(e.hosts, hostProcess{container, procs, pid})
 }
 
 func (e *servedNamespace) removeHost(container string) {
@@ -358,11 +367,11 @@ func (n *EngineTable) Attach(id string, ino uint64, pid int) bool {
 		n.logf("container %s joins IPC namespace %d whose limits were set by its first container; its own sysctls are not applied", id, ino)
 	}
 	e.members[id] = struct{}{}
-	if m.cgroup == "" {
-		m.cgroup = cgroup
+	if m.cgroup == "" && cgroup != "" {
+		m.cgroup, m.cgroupPid = cgroup, pid
 	}
 	if m.cgroup != "" {
-		e.addHost(id, m.cgroup)
+		e.addHost(id, m.cgroup, m.cgroupPid)
 	}
 	return created
 }
@@ -426,7 +435,7 @@ func (n *EngineTable) nestedBallastLocked(procs string) *memcharge.Ballast {
 	if b := n.nested[procs]; b != nil {
 		return b
 	}
-	b, err := memcharge.New("nested", func() (string, []string, error) { return "", []string{procs}, nil }, n.Logf)
+	b, err := memcharge.New("nested", func() ([]memcharge.Place, error) { return []memcharge.Place{{Procs: procs}}, nil }, n.Logf)
 	if err != nil {
 		n.logf("namespaces made in %s: objects not charged to the pod: %v", procs, err)
 		return nil

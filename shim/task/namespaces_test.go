@@ -111,11 +111,16 @@ func TestNestedThenAttached(t *testing.T) {
 	n.Attach("d", 9, 0)
 	n.Attach("e", 9, 0)
 	e := n.byIno[9]
-	e.addHost("d", "/x/d/cgroup.procs")
-	e.addHost("e", "/x/e/cgroup.procs")
+	e.addHost("d", "/x/d/cgroup.procs", 0)
+	e.addHost("e", "/x/e/cgroup.procs", 42)
+	// Every container is a place for the helper, earliest first: the
+	// first that takes it gets it (memcharge.settle).
+	if places, _ := e.host(); len(places) != 2 || places[0].Container != "d" || places[1] != (memcharge.Place{Container: "e", Procs: "/x/e/cgroup.procs", Pid: 42}) {
+		t.Fatalf("hosts %v", places)
+	}
 	n.Remove("d")
-	if c, _, _ := e.host(); c != "e" {
-		t.Fatalf("host %q after d was removed", c)
+	if places, _ := e.host(); len(places) != 1 || places[0].Container != "e" {
+		t.Fatalf("hosts %v after d was removed", places)
 	}
 }
 

@@ -27,10 +27,10 @@ func stuckBallast(t *testing.T) (b *memcharge.Ballast, entered <-chan struct{}, 
 	t.Helper()
 	in, out := make(chan struct{}), make(chan struct{})
 	var inOnce, outOnce sync.Once
-	b, err := memcharge.New(t.Name(), func() (string, []string, error) {
+	b, err := memcharge.New(t.Name(), func() ([]memcharge.Place, error) {
 		inOnce.Do(func() { close(in) })
 		<-out
-		return "", nil, errors.New("test: no host")
+		return nil, errors.New("test: no host")
 	}, nil) // nil: a growth let go at the test's end may log after it
 
 	if err != nil {

@@ -66,7 +66,7 @@ var podBallast = sync.OnceValue(func() *memcharge.Ballast {
 	if err != nil {
 		return nil
 	}
-	b, err := memcharge.New("tests", func() (string, []string, error) { return "", []string{procs}, nil }, nil)
+	b, err := memcharge.New("tests", func() ([]memcharge.Place, error) { return []memcharge.Place{{Procs: procs}}, nil }, nil)
 	if err != nil {
 		return nil
 	}

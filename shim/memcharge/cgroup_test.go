@@ -1,0 +1,143 @@
+package memcharge
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeCgroups makes a cgroup v2 tree in a temporary directory: the root
+// (no cgroup.freeze, as the kernel's) and below it each of dirs, with
+// cgroup.freeze 0 and an empty cgroup.procs.
+func fakeCgroups(t *testing.T, dirs ...string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range dirs {
+		p := filepath.Join(root, d)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, v := range map[string]string{"cgroup.freeze": "0\n", "cgroup.procs": ""} {
+			if err := os.WriteFile(filepath.Join(p, f), []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return root
+}
+
+func readProcs(t *testing.T, procs string) string {
+	t.Helper()
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A helper is not put in a frozen cgroup (its own cgroup.freeze or an
+// ancestor's is 1: it would be frozen too), but in the next place.
+func TestSettlePassesFrozen(t *testing.T) {
+	root := fakeCgroups(t, "pod", "pod/a", "pod/b", "other")
+	places := []Place{
+		{Container: "a", Procs: filepath.Join(root, "pod/a/cgroup.procs")},
+		{Container: "b", Procs: filepath.Join(root, "pod/b/cgroup.procs")},
+	}
+	os.WriteFile(filepath.Join(root, "pod/a/cgroup.freeze"), []byte("1\n"), 0o644)
+	if c, err := settle(4242, places); err != nil || c != "b" {
+		t.Fatalf("a frozen: settled in %q, %v", c, err)
+	}
+	if got := readProcs(t, places[0].Procs); got != "" {
+		t.Fatalf("written into the frozen cgroup: %q", got)
+	}
+	if got := readProcs(t, places[1].Procs); got != "4242" {
+		t.Fatalf("b's cgroup.procs: %q", got)
+	}
+
+	// Frozen from above (the pod's cgroup): every place is passed over,
+	// and the error says why.
+	os.WriteFile(filepath.Join(root, "pod/a/cgroup.freeze"), []byte("0\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "pod/cgroup.freeze"), []byte("1\n"), 0o644)
+	os.WriteFile(places[1].Procs, nil, 0o644)
+	c, err := settle(4242, places)
+	if err == nil || !strings.Contains(err.Error(), "frozen") {
+		t.Fatalf("pod frozen: settled in %q, %v", c, err)
+	}
+	if readProcs(t, places[0].Procs)+readProcs(t, places[1].Procs) != "" {
+		t.Fatal("written into a cgroup under a frozen one")
+	}
+	if d := frozenAt(filepath.Join(root, "other")); d != "" {
+		t.Fatalf("other reported frozen at %s", d)
+	}
+	// A v1 memory hierarchy has no cgroup.freeze: never frozen.
+	if d := frozenAt(t.TempDir()); d != "" {
+		t.Fatalf("a directory without cgroup.freeze reported frozen at %s", d)
+	}
+}
+
+// A container's cgroup that no longer takes a process (on v2: it became
+// a parent with controllers, EBUSY; here a write that fails) sends the
+// helper to the cgroup the recorded process is in now, below it; not to
+// one elsewhere (a reused pid), and not without a recorded process.
+func TestSettleBelowParent(t *testing.T) {
+	root := fakeCgroups(t, "pod/a/init.scope", "pod/b", "elsewhere")
+	old := memoryCgroupOf
+	defer func() { memoryCgroupOf = old }()
+	where := map[int]string{
+		7: filepath.Join(root, "pod/a/init.scope/cgroup.procs"),
+		8: filepath.Join(root, "elsewhere/cgroup.procs"),
+	}
+	memoryCgroupOf = func(pid int) (string, error) {
+		if p, ok := where[pid]; ok {
+			return p, nil
+		}
+		return "", errors.New("no such process")
+	}
+	// a's cgroup.procs cannot be written (a directory stands for the
+	// kernel's EBUSY).
+	aProcs := filepath.Join(root, "pod/a/cgroup.procs")
+	os.Remove(aProcs)
+	os.Mkdir(aProcs, 0o755)
+	b := Place{Container: "b", Procs: filepath.Join(root, "pod/b/cgroup.procs")}
+
+	if c, err := settle(4242, []Place{{Container: "a", Procs: aProcs, Pid: 7}, b}); err != nil || c != "a" {
+		t.Fatalf("settled in %q, %v", c, err)
+	}
+	if got := readProcs(t, where[7]); got != "4242" {
+		t.Fatalf("init.scope's cgroup.procs: %q", got)
+	}
+	for _, pid := range []int{8, 9, 0} {
+		if c, err := settle(4243, []Place{{Container: "a", Procs: aProcs, Pid: pid}, b}); err != nil || c != "b" {
+			t.Fatalf("pid %d: settled in %q, %v", pid, c, err)
+		}
+	}
+	if got := readProcs(t, where[8]); got != "" {
+		t.Fatalf("written outside the container's cgroup: %q", got)
+	}
+	// No place takes it: the error names each refusal.
+	_, err := settle(4244, []Place{{Container: "a", Procs: aProcs, Pid: 8}})
+	if err == nil || !strings.Contains(err.Error(), "not below") || !strings.Contains(err.Error(), aProcs) {
+		t.Fatalf("no place: %v", err)
+	}
+}
+
+// leafBelow takes only a cgroup strictly below the recorded one (a
+// sibling whose name starts with the same letters is not below).
+func TestLeafBelow(t *testing.T) {
+	old := memoryCgroupOf
+	defer func() { memoryCgroupOf = old }()
+	for now, ok := range map[string]bool{
+		"/cg/pod/a/init.scope/cgroup.procs": true,
+		"/cg/pod/a/cgroup.procs":            false,
+		"/cg/pod/ab/cgroup.procs":           false,
+		"/cg/pod/cgroup.procs":              false,
+	} {
+		memoryCgroupOf = func(int) (string, error) { return now, nil }
+		got, err := leafBelow(1, "/cg/pod/a/cgroup.procs")
+		if (err == nil) != ok || ok && got != now {
+			t.Errorf("%s: %q, %v", now, got, err)
+		}
+	}
+}
