@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 )
 
 // fakeCgroups makes a cgroup v2 tree in a temporary directory: the root
@@ -139,5 +141,44 @@ func TestLeafBelow(t *testing.T) {
 		if (err == nil) != ok || ok && got != now {
 			t.Errorf("%s: %q, %v", now, got, err)
 		}
+	}
+}
+
+// A helper that dies answering is taken for the pod's OOM killer's last
+// choice only if it was killed (SIGKILL): one that exits by itself, as
+// the Go runtime does when the pod's pids.max (cgroup v2) leaves it no
+// thread, leaves the charge counted, not refused.
+func TestHelperDeathKinds(t *testing.T) {
+	for _, c := range []struct {
+		name, end string
+		want      error
+	}{
+		{"exits", "exit 2", nil},
+		{"killed", "kill -9 $$", ipcns.ErrNoMemory},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			script := filepath.Join(t.TempDir(), "dying-helper")
+			// It takes the request, then ends without answering.
+			if err := os.WriteFile(script, []byte("#!/bin/sh\nhead -c 24 <&4 >/dev/null\n"+c.end+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			old := exe
+			exe = func() string { return script }
+			defer func() { exe = old }()
+			root := fakeCgroups(t, "pod")
+			b, err := New(t.Name(), func() ([]Place, error) {
+				return []Place{{Container: "ctr", Procs: filepath.Join(root, "pod/cgroup.procs")}}, nil
+			}, t.Logf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := b.Charge(Granule); err != c.want {
+				t.Fatalf("charge: %v, want %v", err, c.want)
+			}
+			if c.want == nil && b.Backed() {
+				t.Fatal("charge reported backed")
+			}
+		})
 	}
 }

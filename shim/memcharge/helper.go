@@ -269,6 +269,23 @@ func (h *helper) stop() {
 	_ = h.cmd.Wait()
 }
 
+// killed reports whether the helper, reaped by stop after it ended by
+// itself (errDiedAllocating: its end of the socket closed as it exited,
+// so stop's SIGKILL came after its exit status was set), died of SIGKILL,
+// the OOM killer's signal (mm/oom_kill.c: __oom_kill_process). Another
+// end says nothing of the pod's memory: the Go runtime's exit when it
+// cannot make a thread (runtime.newosproc: exit status 2), which on
+// cgroup v2 the pod's pids.max causes, the helper's threads being the
+// pod's tasks there (kernel/cgroup/pids.c: pids_can_fork; it makes three
+// after it is moved in), or a SIGTERM (systemd stopping a scope).
+func (h *helper) killed() bool {
+	if h.cmd.ProcessState == nil {
+		return false
+	}
+	ws, ok := h.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
 // HelperMain is the helper's body, run by the shim's binary when its first
 // argument is HelperArg: fd 3 is the ballast, fd 4 the shim's socket, fd 5
 // (if open) the message text file. Each request (offset, length, file 0

@@ -158,10 +158,11 @@ func (b *Ballast) growLocked(size int64) error {
 // (the charge is then counted, not backed, for retryAfter).
 //
 // A helper that is gone (killed with its container's processes, evicted)
-// or dies allocating is replaced once: if the second one dies allocating
-// too, it was the pod's OOM killer's last choice and the charge is
-// refused (ipcns.ErrNoMemory), as is one that the pod's cgroup cannot
-// hold.
+// or dies allocating is replaced once: if the second one is killed
+// (SIGKILL) allocating too, it was the pod's OOM killer's last choice and
+// the charge is refused (ipcns.ErrNoMemory), as is one that the pod's
+// cgroup cannot hold. One that ends otherwise (helper.killed) leaves the
+// charge unbacked.
 func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		if b.helper == nil {
@@ -186,13 +187,14 @@ func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 		}
 		// Gone or stuck: reaped first (a stuck fallocate would hold the
 		// truncate), then what it may have allocated is trimmed.
-		b.helper.stop()
+		h := b.helper
+		h.stop()
 		b.helper = nil
 		b.trimLocked(file, off, length)
 		if attempt == 0 {
 			continue
 		}
-		if errors.Is(err, errDiedAllocating) {
+		if errors.Is(err, errDiedAllocating) && h.killed() {
 			return false, ipcns.ErrNoMemory
 		}
 		// Stuck twice (errHelperStuck: a machine too loaded to start a
