@@ -4,8 +4,10 @@
 # private containerd. Prints a markdown table (docs/bench-shim.md) with,
 # per runtime, the median wall time and the median CPU time that one run
 # cost containerd, the shim's three processes (start, the daemon, delete)
-# and the runc commands the shim runs: they all stay in a cpuacct cgroup
-# made for containerd (the containers' own processes go to theirs). For
+# and the runc commands the shim runs: they all stay in a cgroup made for
+# containerd (the containers' own processes go to theirs): in the v1
+# cpuacct hierarchy (cpuacct.usage), or on cgroup v2 a child of the root
+# (cpu.stat's usage_usec, there whether or not the cpu controller is). For
 # this shim, also its daemon's own CPU time, which it logs as it exits.
 #
 #   STARTS=12 scripts/bench-start.sh
@@ -23,11 +25,21 @@ STARTS=${STARTS:-12}
 VARIANTS=${VARIANTS:-"runc=io.containerd.runc.v2 ipc=io.containerd.ipc.v2"}
 SETTLE=${SETTLE:-0.3} # seconds after each run: the shim exits and containerd runs its delete after ctr returns
 tmp=$(mktemp -d /tmp/shim-ipc-bench-start.XXXXXX)
-cg=/sys/fs/cgroup/cpuacct/shim-ipc-bench-start.$$
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  cgroot=/sys/fs/cgroup # cgroup v2 (unified)
+  usage() { awk '$1 == "usage_usec" {print $2 "000"}' "$cg/cpu.stat"; } # ns, as cpuacct.usage
+elif [ -d /sys/fs/cgroup/cpuacct ]; then
+  cgroot=/sys/fs/cgroup/cpuacct
+  usage() { cat "$cg/cpuacct.usage"; }
+else
+  echo "bench-start: neither a cgroup v2 hierarchy nor a v1 cpuacct one at /sys/fs/cgroup" >&2
+  exit 1
+fi
+cg=$cgroot/shim-ipc-bench-start.$$
 cleanup() {
   SHIM_BIN="$root/build/bin" scripts/containerd-env.sh stop "$tmp/d" || true
   if [ -d "$cg" ]; then
-    while read -r p; do echo "$p" >/sys/fs/cgroup/cpuacct/cgroup.procs 2>/dev/null || true; done <"$cg/cgroup.procs"
+    while read -r p; do echo "$p" >"$cgroot/cgroup.procs" 2>/dev/null || true; done <"$cg/cgroup.procs"
     rmdir "$cg" 2>/dev/null || true
   fi
   rm -rf "$tmp"
@@ -50,12 +62,12 @@ for l in "${labels[@]}"; do run "${rt[$l]}" "warm-$l"; sleep "$SETTLE"; done
 for i in $(seq "$STARTS"); do
   for l in "${labels[@]}"; do
     n0=$(grep -c 'shim exits' "$log" || true)
-    c0=$(cat "$cg/cpuacct.usage")
+    c0=$(usage)
     t0=$(date +%s%N)
     run "${rt[$l]}" "s$i-$l"
     t1=$(date +%s%N)
     sleep "$SETTLE"
-    c1=$(cat "$cg/cpuacct.usage")
+    c1=$(usage)
     wall[$l]+="$(( (t1 - t0) / 1000000 )) "
     cpu[$l]+="$(( (c1 - c0) / 1000000 )) "
     # This shim's daemon logs its CPU time as it exits (ms).

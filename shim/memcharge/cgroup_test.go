@@ -182,3 +182,31 @@ func TestHelperDeathKinds(t *testing.T) {
 		})
 	}
 }
+
+// The tests' memory cgroups go where the memory controller reaches them:
+// below the test's own cgroup on v1 (and on v2 if it enables the
+// controller for its children, as the root may), else beside it.
+func TestTestCgroupBase(t *testing.T) {
+	v1 := t.TempDir()
+	if got, err := testCgroupBase(v1); err != nil || got != v1 {
+		t.Fatalf("v1: %q, %v", got, err)
+	}
+	root := t.TempDir()
+	mine := filepath.Join(root, "session.scope")
+	os.Mkdir(mine, 0o755)
+	for _, d := range []string{root, mine} {
+		os.WriteFile(filepath.Join(d, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644)
+		os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), nil, 0o644)
+	}
+	if got, err := testCgroupBase(mine); err == nil {
+		t.Fatalf("v2, memory enabled nowhere: %q", got)
+	}
+	os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("cpu memory\n"), 0o644)
+	if got, err := testCgroupBase(mine); err != nil || got != root {
+		t.Fatalf("v2, memory enabled by the parent: %q, %v", got, err)
+	}
+	os.WriteFile(filepath.Join(mine, "cgroup.subtree_control"), []byte("memory\n"), 0o644)
+	if got, err := testCgroupBase(mine); err != nil || got != mine {
+		t.Fatalf("v2, memory enabled by mine: %q, %v", got, err)
+	}
+}

@@ -2,8 +2,10 @@ package memcharge
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,8 +35,11 @@ func testCgroup(t testing.TB, limit int64) (dir, usage string) {
 	if err != nil {
 		t.Skipf("no memory cgroup: %v", err)
 	}
-	mine := filepath.Dir(procs)
-	dir = filepath.Join(mine, "memcharge-test-"+strconv.Itoa(os.Getpid())+"-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	base, err := testCgroupBase(filepath.Dir(procs))
+	if err != nil {
+		t.Skip(err)
+	}
+	dir = filepath.Join(base, "memcharge-test-"+strconv.Itoa(os.Getpid())+"-"+strings.ReplaceAll(t.Name(), "/", "-"))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skipf("make a memory cgroup: %v", err)
 	}
@@ -47,6 +52,30 @@ func testCgroup(t testing.TB, limit int64) (dir, usage string) {
 		t.Skipf("limit a memory cgroup: %v", err)
 	}
 	return dir, filepath.Join(dir, usageFile)
+}
+
+// testCgroupBase returns where a test makes its memory cgroups, given
+// mine, the test process's: below it on cgroup v1. On v2 a child has the
+// memory controller only if its parent enables it (cgroup.subtree_control),
+// which the no-internal-process rule refuses while the test's process is
+// in mine (kernel/cgroup/cgroup.c: cgroup_vet_subtree_control_enable,
+// EBUSY), but for the root: then beside mine, if mine's parent enables it.
+func testCgroupBase(mine string) (string, error) {
+	if _, err := os.Stat(filepath.Join(mine, "cgroup.controllers")); err != nil {
+		return mine, nil // v1
+	}
+	enables := func(dir string) bool {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+		return err == nil && slices.Contains(strings.Fields(string(b)), "memory")
+	}
+	if enables(mine) {
+		return mine, nil
+	}
+	parent := filepath.Dir(mine)
+	if _, err := os.Stat(filepath.Join(parent, "cgroup.controllers")); err == nil && enables(parent) {
+		return parent, nil
+	}
+	return "", fmt.Errorf("cgroup v2: no memory controller for a test cgroup: %s does not enable it for its children (cgroup.subtree_control), and the test's process in it keeps it from doing so (no-internal-process rule), nor does its parent", mine)
 }
 
 func readInt(t *testing.T, path string) int64 {
