@@ -467,9 +467,30 @@ func (n *EngineTable) Evict(id string) {
 			d.evict(e.ballast, id)
 		}
 	}
-	if b := n.nested[m.cgroup]; b != nil {
+	for _, b := range n.nestedInLocked(m.cgroup) {
 		d.evict(b, "")
 	}
+}
+
+// nestedInLocked returns the shared ballasts (n.nested) of the
+// namespaces made by processes in memory cgroup procs or in a cgroup
+// below it: runc removes those with the container's (RemovePath removes
+// the subtree), and a helper left in one keeps it busy (EBUSY). A
+// container makes cgroups of its own below its cgroup where it runs
+// systemd or a container engine, common on cgroup v2 with a cgroup
+// namespace; there a service with PrivateIPC= makes the namespace.
+func (n *EngineTable) nestedInLocked(procs string) []*memcharge.Ballast {
+	if procs == "" {
+		return nil
+	}
+	var bs []*memcharge.Ballast
+	below := filepath.Dir(procs) + "/"
+	for key, b := range n.nested {
+		if key == procs || strings.HasPrefix(key, below) {
+			bs = append(bs, b)
+		}
+	}
+	return bs
 }
 
 // Remove forgets container id; when it was the last container of its
@@ -500,7 +521,7 @@ func (n *EngineTable) removeLocked(id string, d *deferred) uint64 {
 	if e.ballast != nil {
 		d.evict(e.ballast, id)
 	}
-	if b := n.nested[m.cgroup]; b != nil {
+	for _, b := range n.nestedInLocked(m.cgroup) {
 		d.evict(b, "")
 	}
 	delete(e.members, id)

@@ -2,7 +2,9 @@ package task
 
 import (
 	"context"
+	"errors"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -256,5 +258,35 @@ func TestNestedFreedGivesTextBack(t *testing.T) {
 	d.run()
 	if charged, held := b.Usage(); charged >= charged0 || held > base+4*memcharge.Granule {
 		t.Fatalf("after the namespace was freed: charged %d (%d before its queues), held %d (%d before)", charged, charged0, held, base)
+	}
+}
+
+// A container's delete evicts the helpers of the namespaces made in its
+// cgroup and in the cgroups it made below it (a service of systemd run as
+// the container's init, with PrivateIPC=), not those of a neighbour whose
+// name starts alike or of the pod's cgroup.
+func TestNestedInContainerCgroup(t *testing.T) {
+	n := NewEngineTable()
+	n.nested = map[string]*memcharge.Ballast{}
+	keys := []string{
+		"/cg/pod/c/cgroup.procs",
+		"/cg/pod/c/system.slice/foo.service/cgroup.procs",
+		"/cg/pod/cd/cgroup.procs",
+		"/cg/pod/cgroup.procs",
+	}
+	for _, k := range keys {
+		b, err := memcharge.New("nested", func() ([]memcharge.Place, error) { return nil, errors.New("test: no place") }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		n.nested[k] = b
+	}
+	got := n.nestedInLocked("/cg/pod/c/cgroup.procs")
+	if len(got) != 2 || !slices.Contains(got, n.nested[keys[0]]) || !slices.Contains(got, n.nested[keys[1]]) {
+		t.Fatalf("%d ballasts in c's cgroup, want c's and its service's", len(got))
+	}
+	if got := n.nestedInLocked(""); len(got) != 0 {
+		t.Fatalf("%d ballasts for a container without a cgroup", len(got))
 	}
 }
