@@ -31,6 +31,13 @@
 // cgroup is removed (Evict, called before runc deletes the container
 // hosting it); the next growth starts a helper in the cgroup of another
 // container of the namespace.
+//
+// On cgroup v1 the helper joins the memory hierarchy only. On v2 there is
+// one hierarchy, and the helper is in the container's cgroup for every
+// controller: it is frozen with it (settle passes frozen cgroups over), its
+// threads count in the pod's pids.max (helper.killed), runc ps lists it
+// and runc kill --all (cgroup.kill) kills it; and a cgroup with
+// controllers enabled for its children takes no process (settle).
 package memcharge
 
 import (
