@@ -184,6 +184,11 @@ func leafBelow(pid int, procs string) (string, error) {
 	return now, nil
 }
 
+// Frozen reports whether the cgroup whose cgroup.procs file is procs is
+// frozen or being frozen: on cgroup v2, its cgroup.freeze or an
+// ancestor's is 1 (frozenAt); never on v1.
+func Frozen(procs string) bool { return frozenAt(filepath.Dir(procs)) != "" }
+
 // frozenAt returns the cgroup, dir or an ancestor, whose cgroup.freeze
 // is 1, or "". cgroup.freeze is a v2 file and absent from the root
 // cgroup (CFTYPE_NOT_ON_ROOT): the walk ends at the first directory

@@ -493,6 +493,32 @@ func (n *EngineTable) nestedInLocked(procs string) []*memcharge.Ballast {
 	return bs
 }
 
+// Paused makes the ballast helpers in container id's memory cgroup leave
+// it once the container is frozen (runc pause). On cgroup v2 a helper
+// there is frozen with the container (it is in the container's cgroup for
+// every controller, and kernel/cgroup/freezer.c: cgroup_do_freeze freezes
+// every task of the cgroup) and answers nothing: the namespace's next
+// growth would wait helperTimeout for it with the ballast's lock held.
+// The container stays a place for helpers: memcharge passes it over
+// while it is frozen. On v1 the helper is in no freezer cgroup, the
+// cgroup reads as not frozen (memcharge.Frozen), and the helper stays.
+func (n *EngineTable) Paused(id string) {
+	var d deferred
+	defer d.run()
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	m := n.ctrs[id]
+	if m == nil || m.cgroup == "" || !memcharge.Frozen(m.cgroup) {
+		return
+	}
+	if e := n.byIno[m.ino]; e != nil && e.ballast != nil {
+		d.evict(e.ballast, id)
+	}
+	for _, b := range n.nestedInLocked(m.cgroup) {
+		d.evict(b, "")
+	}
+}
+
 // Remove forgets container id; when it was the last container of its
 // engine namespace, the namespace and all its objects are freed. It
 // reports the freed namespace's inode, or 0.

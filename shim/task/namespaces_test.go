@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/msgengine"
@@ -288,5 +293,66 @@ func TestNestedInContainerCgroup(t *testing.T) {
 	}
 	if got := n.nestedInLocked(""); len(got) != 0 {
 		t.Fatalf("%d ballasts for a container without a cgroup", len(got))
+	}
+}
+
+// A paused container's helper is let go once its cgroup reads frozen (v2:
+// it would be frozen with it), and the container stays a place for the
+// next helper; a cgroup that does not read frozen (v1) keeps its helper.
+func TestPausedEvictsFrozenHelper(t *testing.T) {
+	root := t.TempDir()
+	cg := filepath.Join(root, "pod", "a")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	procs := filepath.Join(cg, "cgroup.procs")
+	os.WriteFile(procs, nil, 0o644)
+	os.WriteFile(filepath.Join(cg, "cgroup.freeze"), []byte("0\n"), 0o644)
+	n := NewEngineTable()
+	n.ChargePods = true
+	n.Prepare("a", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+	n.Attach("a", 1<<40+300, 0)
+	n.mu.Lock()
+	n.ctrs["a"].cgroup = procs
+	e := n.byIno[1<<40+300]
+	n.mu.Unlock()
+	if e == nil || e.ballast == nil {
+		t.Skip("no ballast (memfd_create refused?)")
+	}
+	e.addHost("a", procs, 0)
+	t.Cleanup(func() { n.Remove("a") })
+	helperPid := func() int {
+		b, _ := os.ReadFile(procs)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid
+	}
+	if err := e.ballast.Charge(1); err != nil || !e.ballast.Backed() {
+		t.Fatalf("charge: %v, backed %v", err, e.ballast.Backed())
+	}
+	pid := helperPid()
+	if pid == 0 {
+		t.Fatal("no helper written into the container's cgroup")
+	}
+	alive := func(pid int) bool { return unix.Kill(pid, 0) == nil }
+	n.Paused("a") // not frozen: a v1 cgroup, or a pause that failed
+	if !alive(pid) {
+		t.Fatal("helper let go from a cgroup that is not frozen")
+	}
+	os.WriteFile(filepath.Join(cg, "cgroup.freeze"), []byte("1\n"), 0o644)
+	n.Paused("a")
+	if alive(pid) {
+		t.Fatalf("helper %d still there after the pause", pid)
+	}
+	if places, _ := e.host(); len(places) != 1 || places[0].Container != "a" {
+		t.Fatalf("hosts after the pause: %v", places)
+	}
+	// Resumed: the next growth puts a helper there again.
+	os.WriteFile(filepath.Join(cg, "cgroup.freeze"), []byte("0\n"), 0o644)
+	os.WriteFile(procs, nil, 0o644)
+	if err := e.ballast.Charge(4 * memcharge.Granule); err != nil || !e.ballast.Backed() {
+		t.Fatalf("charge after resume: %v, backed %v", err, e.ballast.Backed())
+	}
+	if p := helperPid(); p == 0 || p == pid {
+		t.Fatalf("helper after resume: %d (was %d)", p, pid)
 	}
 }

@@ -365,11 +365,14 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 // Pause freezes a container (runc pause) and then has the gateway take
 // its sleepers off their queues: the freezer ends their trapped calls
 // without a signal the gateway could see, and natively a frozen sleeper
-// is not counted (GETNCNT, /proc/sysvipc). Resumed, they call again.
+// is not counted (GETNCNT, /proc/sysvipc). Resumed, they call again. A
+// ballast helper frozen with the container (cgroup v2) is let go
+// (EngineTable.Paused).
 func (s *Service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
 	resp, err := s.TTRPCTaskService.Pause(ctx, r)
 	if err == nil {
 		s.gw.Frozen()
+		s.ns.Paused(r.ID)
 	}
 	return resp, err
 }
