@@ -212,8 +212,10 @@ package gateway
 //     freezer, that interrupts a call before it is read leaves no report:
 //     the restart is served as a new call.
 //   - A container frozen other than through the shim's Pause (a write to
-//     its freezer cgroup by hand) keeps its sleepers counted until they
-//     are thawed or the next observer probes them.
+//     its freezer cgroup by hand: freezer.state on cgroup v1,
+//     cgroup.freeze on v2, both of which wake its sleepers as a signal
+//     would) keeps its sleepers counted until they are thawed or the
+//     next observer probes them.
 //   - A reply in doubt whose thread never takes a signal (another thread
 //     took it) is taken as delivered after awaitLimit (Stats.Unsettled).
 //
