@@ -110,6 +110,15 @@ func TestSettleBelowParent(t *testing.T) {
 	if got := readProcs(t, where[7]); got != "4242" {
 		t.Fatalf("init.scope's cgroup.procs: %q", got)
 	}
+	// Not into that cgroup while it is frozen (the container froze a
+	// cgroup of its own).
+	os.WriteFile(where[7], nil, 0o644)
+	os.WriteFile(filepath.Join(root, "pod/a/init.scope/cgroup.freeze"), []byte("1\n"), 0o644)
+	if c, err := settle(4242, []Place{{Container: "a", Procs: aProcs, Pid: 7}, b}); err != nil || c != "b" || readProcs(t, where[7]) != "" {
+		t.Fatalf("init.scope frozen: settled in %q, %v", c, err)
+	}
+	os.WriteFile(filepath.Join(root, "pod/a/init.scope/cgroup.freeze"), []byte("0\n"), 0o644)
+	os.WriteFile(b.Procs, nil, 0o644)
 	for _, pid := range []int{8, 9, 0} {
 		if c, err := settle(4243, []Place{{Container: "a", Procs: aProcs, Pid: pid}, b}); err != nil || c != "b" {
 			t.Fatalf("pid %d: settled in %q, %v", pid, c, err)

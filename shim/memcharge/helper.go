@@ -149,6 +149,10 @@ func settle(pid int, places []Place) (string, error) {
 			errs = append(errs, lerr)
 			continue
 		}
+		if d := frozenAt(filepath.Dir(leaf)); d != "" {
+			errs = append(errs, fmt.Errorf("%s: frozen (%s)", leaf, filepath.Join(d, "cgroup.freeze")))
+			continue
+		}
 		if err := writePid(leaf, pid); err != nil {
 			errs = append(errs, err)
 			continue
