@@ -4,7 +4,7 @@ PKGS := ./...
 # scripts/install-deps.sh installs Go there on a machine without one.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build test test-race bench vet fmt deps shim ipcctl demo integration integration-deps
+.PHONY: all build test bench vet fmt deps shim ipcctl demo integration integration-deps
 
 all: build
 
@@ -21,7 +21,8 @@ fmt:
 # summary: deps, runtime-deps (everything a fresh Debian 12 machine needs),
 # vet, unit (unit and differential tests; the kernel is the oracle: they
 # need root for unshare(CLONE_NEWIPC)), integration (the shim under a real
-# containerd and runc; skipped without root) and race (-race -short).
+# containerd and runc; skipped without root), race (-race -short) and
+# deploy (the deploy/ module's manifests and installer).
 test:
 	@GO=$(GO) scripts/test.sh
 
@@ -45,7 +46,9 @@ shim:
 ipcctl:
 	$(GO) build -o build/bin/ipcctl ./cmd/ipcctl
 
-# runc and busybox-static (apt), containerd + ctr from the Go module proxy.
+# runc and busybox-static (apt); containerd, ctr and crictl from the Go module
+# proxy; the Debian 12 rootfs (debootstrap, ~400 MB) unless NO_DEBIAN_ROOTFS=1.
+# Needs Go (make deps installs it).
 integration-deps:
 	@scripts/install-runtime-deps.sh
 

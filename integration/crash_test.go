@@ -15,6 +15,15 @@ import (
 // serves container id (started with "-id <id>").
 func shimPid(t *testing.T, id string) int {
 	t.Helper()
+	pid, ok := findShimPid(id)
+	if !ok {
+		t.Fatalf("no containerd-shim-ipc-v2 for %s", id)
+	}
+	return pid
+}
+
+// findShimPid is shimPid, reporting whether there is one.
+func findShimPid(id string) (int, bool) {
 	ents, _ := os.ReadDir("/proc")
 	for _, ent := range ents {
 		pid, err := strconv.Atoi(ent.Name())
@@ -31,12 +40,11 @@ func shimPid(t *testing.T, id string) int {
 		}
 		for i := 0; i+1 < len(args); i++ {
 			if args[i] == "-id" && args[i+1] == id {
-				return pid
+				return pid, true
 			}
 		}
 	}
-	t.Fatalf("no containerd-shim-ipc-v2 for %s", id)
-	return 0
+	return 0, false
 }
 
 func alive(pid int) bool {

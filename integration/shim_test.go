@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -298,8 +297,8 @@ func TestJoinAcrossShims(t *testing.T) {
 	e.stop(t, b)
 	gone := func() bool {
 		_, err := os.Lstat(reg)
-		out, _ := exec.Command("pgrep", "-f", "containerd-shim-ipc-v2 .*-id "+a).Output()
-		return os.IsNotExist(err) && len(out) == 0
+		_, running := findShimPid(a)
+		return os.IsNotExist(err) && !running
 	}
 	for i := 0; i < 100 && !gone(); i++ {
 		time.Sleep(100 * time.Millisecond)

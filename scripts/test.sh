@@ -4,18 +4,20 @@
 # step does not stop the others. Each step's output is also in
 # build/log/test-<step>.log. Exit status 0 only if every step passed.
 #
-# Steps (times measured on 2 vCPUs, warm: deps built, Go cache filled):
-#   deps          Go toolchain/modules, gcc and the test programs (apt)   seconds
-#   runtime-deps  runc, busybox (apt); containerd+ctr+crictl from the Go module
-#                 proxy (~3.5 min cold); Debian rootfs (debootstrap, 3-8 min, once)
-#   vet           go vet ./...
-#   unit          every package but integration/: unit and differential tests
-#                 (root: unshare(CLONE_NEWIPC) for the kernel oracle)
-#   integration   integration/: the shim under a real containerd and runc
+# Steps, with their times in a fresh clone on a quiet 2-vCPU machine (apt's
+# and Go's caches warm; 9 min in all, 18 min at load 9-11):
+#   deps          Go toolchain/modules, gcc and the test programs (apt)   2 s
+#   runtime-deps  runc, busybox (apt); containerd+ctr+crictl from the Go
+#                 module proxy; Debian rootfs (debootstrap, once)        2m23s
+#   vet           go vet ./...                                            6 s
+#   unit          every package but integration/: unit and differential
+#                 tests (root: unshare(CLONE_NEWIPC) for the kernel
+#                 oracle); shim/gateway alone ~3.5 min                   3m43s
+#   integration   integration/: the shim under a real containerd and runc 55 s
 #   race          go test -race -short ./... (integration skips in -short),
-#                 the gateway with receivers overlapping on every call
+#                 the gateway with receivers overlapping on every call   1m47s
 #   deploy        deploy/ (own module): manifests decoded strictly with the
-#                 Kubernetes API types, install.sh run twice on temp roots
+#                 Kubernetes API types, install.sh run twice on temp roots 2 s
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
