@@ -59,23 +59,26 @@ func memoryCgroup(cgroupFile, mountinfo string) (string, error) {
 type cgroupMount struct{ dir, root string }
 
 func (m *cgroupMount) procs(path string) (string, error) {
-	// /proc/PID/cgroup and mountinfo give paths relative to the reader's
-	// cgroup namespace root (kernel/cgroup/cgroup.c: proc_cgroup_show
-	// and cgroup_show_path call cgroup_path_ns with current's
-	// cgroup_ns); a cgroup outside it reads "/../x" (kernfs_path_from_node
-	// climbs with ".."). filepath.Clean would fold that into the mount
-	// ("/x", another cgroup): it is out of the shim's reach instead.
-	for _, p := range []string{path, m.root} {
-		if slices.Contains(strings.Split(p, "/"), "..") {
-			return "", fmt.Errorf("cgroup %s is outside the shim's cgroup namespace (mounted root %s)", path, m.root)
-		}
-	}
 	rel := path
 	if m.root != "/" {
 		if path != m.root && !strings.HasPrefix(path, m.root+"/") {
 			return "", fmt.Errorf("cgroup %s is outside the mounted %s", path, m.root)
 		}
 		rel = strings.TrimPrefix(path, m.root)
+	}
+	// /proc/PID/cgroup and mountinfo give paths relative to the reader's
+	// cgroup namespace root (kernel/cgroup/cgroup.c: proc_cgroup_show
+	// and cgroup_show_path call cgroup_path_ns, kernfs_path_from_node,
+	// with current's cgroup_ns): a cgroup outside it reads "/../x",
+	// climbing with "..". Both are relative to the same root, so a mount
+	// of a cgroup outside the namespace (the host's hierarchy bind-mounted
+	// into a container with a cgroup namespace of its own: root "/../..")
+	// still holds the paths below its root ("/../../k/c" is "/k/c" in
+	// it). What is left after the root must not climb: filepath.Clean
+	// would fold "/../x" into the mount ("/x", another cgroup); that
+	// cgroup is out of the shim's reach instead.
+	if slices.Contains(strings.Split(rel, "/"), "..") {
+		return "", fmt.Errorf("cgroup %s is outside the mounted %s, above the shim's cgroup namespace", path, m.root)
 	}
 	p := filepath.Join(m.dir, filepath.Clean("/"+rel), "cgroup.procs")
 	if _, err := os.Stat(p); err != nil {

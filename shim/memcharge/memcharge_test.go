@@ -259,6 +259,20 @@ func TestMemoryCgroupParse(t *testing.T) {
 	if p, err := memoryCgroup(cg, mi); err == nil {
 		t.Fatalf("v2 mounted from outside the cgroup namespace: %q", p)
 	}
+	// The host's hierarchy bind-mounted into a cgroup namespace: the
+	// mount's root and the process's path climb alike, and the path
+	// below the root is in the mount.
+	os.WriteFile(mi, []byte("41 31 0:38 /../.. "+uni+" rw - cgroup2 cgroup2 rw\n"), 0o644)
+	os.WriteFile(cg, []byte("0::/../../x\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err != nil || p != filepath.Join(uni, "x", "cgroup.procs") {
+		t.Fatalf("v2, the host's hierarchy mounted in a cgroup namespace: %q, %v", p, err)
+	}
+	// But a path that climbs above that mount's root is not in it.
+	os.WriteFile(mi, []byte("41 31 0:38 /.. "+uni+" rw - cgroup2 cgroup2 rw\n"), 0o644)
+	os.WriteFile(cg, []byte("0::/../../x\n"), 0o644)
+	if p, err := memoryCgroup(cg, mi); err == nil {
+		t.Fatalf("v2, above a mount from outside the cgroup namespace: %q", p)
+	}
 }
 
 // A helper that does not answer (its cgroup frozen; here stopped) is
