@@ -163,6 +163,7 @@ func TestHelperDeathKinds(t *testing.T) {
 		want      error
 	}{
 		{"exits", "exit 2", nil},
+		{"terminated", "kill -TERM $$", nil}, // systemd stopping a scope
 		{"killed", "kill -9 $$", ipcns.ErrNoMemory},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -356,3 +356,72 @@ func TestPausedEvictsFrozenHelper(t *testing.T) {
 		t.Fatalf("helper after resume: %d (was %d)", p, pid)
 	}
 }
+
+// Evict, Paused (once frozen) and Remove stop the helpers of the
+// namespaces made in the cgroups below the container's (runc removes
+// the subtree with it), not those of a neighbour whose name starts
+// alike: each call site, not only nestedInLocked, is checked.
+func TestNestedBelowEvicted(t *testing.T) {
+	root := t.TempDir()
+	procsOf := func(d string) string {
+		dir := filepath.Join(root, d)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "cgroup.procs")
+		os.WriteFile(p, nil, 0o644)
+		os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0\n"), 0o644)
+		return p
+	}
+	cProcs := procsOf("pod/c")
+	below, neighbour := procsOf("pod/c/system.slice/foo.service"), procsOf("pod/cd")
+	for _, step := range []string{"evict", "paused", "remove"} {
+		t.Run(step, func(t *testing.T) {
+			n := NewEngineTable()
+			n.Prepare("c", ipcDefault(), gateway.ListenerOptions{}, ctrMeta{})
+			n.Attach("c", 1<<40+301, 0)
+			n.mu.Lock()
+			n.ctrs["c"].cgroup = cProcs
+			n.nested = map[string]*memcharge.Ballast{}
+			n.mu.Unlock()
+			helper := map[string]int{}
+			for _, p := range []string{below, neighbour} {
+				os.WriteFile(p, nil, 0o644)
+				b, err := memcharge.New("nested", func() ([]memcharge.Place, error) { return []memcharge.Place{{Procs: p}}, nil }, t.Logf)
+				if err != nil {
+					t.Skip(err)
+				}
+				t.Cleanup(func() { b.Close() })
+				if err := b.Charge(1); err != nil || !b.Backed() {
+					t.Fatalf("charge: %v, backed %v", err, b.Backed())
+				}
+				data, _ := os.ReadFile(p)
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+				if pid == 0 {
+					t.Fatalf("no helper written into %s", p)
+				}
+				helper[p] = pid
+				n.mu.Lock()
+				n.nested[p] = b
+				n.mu.Unlock()
+			}
+			switch step {
+			case "evict":
+				n.Evict("c")
+			case "paused":
+				os.WriteFile(filepath.Join(filepath.Dir(cProcs), "cgroup.freeze"), []byte("1\n"), 0o644)
+				defer os.WriteFile(filepath.Join(filepath.Dir(cProcs), "cgroup.freeze"), []byte("0\n"), 0o644)
+				n.Paused("c")
+			case "remove":
+				n.Remove("c")
+			}
+			alive := func(pid int) bool { return unix.Kill(pid, 0) == nil }
+			if alive(helper[below]) {
+				t.Errorf("%s: the helper in a cgroup below the container's is still there", step)
+			}
+			if !alive(helper[neighbour]) {
+				t.Errorf("%s: the helper in a neighbour's cgroup was stopped", step)
+			}
+		})
+	}
+}
