@@ -121,7 +121,8 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 //     (kernel/cgroup/freezer.c: cgroup_freezer_migrate_task), and a
 //     frozen helper answers nothing: every growth would wait
 //     helperTimeout for it, twice. On v1 the helper joins only the
-//     memory hierarchy, never a freezer cgroup.
+//     memory hierarchy, a freezer cgroup only where the freezer is
+//     mounted with memory (unusual; its freezer.state is not read).
 //   - writing its cgroup.procs fails, on v2 with EBUSY for a cgroup
 //     that has controllers enabled for its children (the
 //     no-internal-process rule) or EOPNOTSUPP for one whose type is

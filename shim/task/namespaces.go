@@ -500,8 +500,9 @@ func (n *EngineTable) nestedInLocked(procs string) []*memcharge.Ballast {
 // every task of the cgroup) and answers nothing: the namespace's next
 // growth would wait helperTimeout for it with the ballast's lock held.
 // The container stays a place for helpers: memcharge passes it over
-// while it is frozen. On v1 the helper is in no freezer cgroup, the
-// cgroup reads as not frozen (memcharge.Frozen), and the helper stays.
+// while it is frozen. On v1 the helper is in no freezer cgroup (unless
+// the freezer is mounted with memory), the cgroup reads as not frozen
+// (memcharge.Frozen), and the helper stays.
 func (n *EngineTable) Paused(id string) {
 	var d deferred
 	defer d.run()
