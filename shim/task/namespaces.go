@@ -504,12 +504,22 @@ func (n *EngineTable) nestedInLocked(procs string) []*memcharge.Ballast {
 // the freezer is mounted with memory), the cgroup reads as not frozen
 // (memcharge.Frozen), and the helper stays.
 func (n *EngineTable) Paused(id string) {
+	// The cgroup is read (a file) without mu held.
+	n.mu.RLock()
+	cgroup := ""
+	if m := n.ctrs[id]; m != nil {
+		cgroup = m.cgroup
+	}
+	n.mu.RUnlock()
+	if cgroup == "" || !memcharge.Frozen(cgroup) {
+		return
+	}
 	var d deferred
 	defer d.run()
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	m := n.ctrs[id]
-	if m == nil || m.cgroup == "" || !memcharge.Frozen(m.cgroup) {
+	if m == nil || m.cgroup != cgroup {
 		return
 	}
 	if e := n.byIno[m.ino]; e != nil && e.ballast != nil {
