@@ -153,16 +153,23 @@ func TestLeafBelow(t *testing.T) {
 	}
 }
 
-// A helper that dies answering is taken for the pod's OOM killer's last
-// choice only if it was killed (SIGKILL): one that exits by itself, as
-// the Go runtime does when the pod's pids.max (cgroup v2) leaves it no
-// thread, leaves the charge counted, not refused.
+// A helper that dies answering twice refuses the charge only if it died
+// for want of memory (memoryDeath): killed (the pod's OOM killer), or its
+// runtime's fatal exit for memory. One whose runtime the pod's pids.max
+// (cgroup v2) left without a thread (EAGAIN), or that ends otherwise,
+// leaves the charge counted, not refused.
 func TestHelperDeathKinds(t *testing.T) {
 	for _, c := range []struct {
 		name, end string
 		want      error
 	}{
-		{"exits", "exit 2", nil},
+		// The Go runtime at the pod's pids.max (cgroup v2): not memory.
+		{"no thread (EAGAIN)", "echo 'runtime: failed to create new OS thread (have 4 already; errno=11)' >&2; exit 2", nil},
+		// Its thread's stack refused by the full memory cgroup, or
+		// its heap: memory.
+		{"no thread (ENOMEM)", "echo 'runtime: failed to create new OS thread (have 4 already; errno=12)' >&2; exit 2", ipcns.ErrNoMemory},
+		{"runtime out of memory", "echo 'fatal error: runtime: out of memory' >&2; exit 2", ipcns.ErrNoMemory},
+		{"own error", "exit 1", nil},
 		{"terminated", "kill -TERM $$", nil}, // systemd stopping a scope
 		{"killed", "kill -9 $$", ipcns.ErrNoMemory},
 	} {

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,6 +31,31 @@ type helper struct {
 	cmd       *exec.Cmd
 	conn      *os.File      // the shim's end of a SOCK_SEQPACKET pair
 	timeout   time.Duration // a round trip's limit: helperTimeout at its start
+	stderr    *tail         // the end of its standard error (memoryDeath)
+}
+
+// tail keeps the last tailMax bytes written to it.
+type tail struct {
+	mu sync.Mutex // protects b: os/exec's copying goroutine writes it
+	b  []byte
+}
+
+const tailMax = 1024
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > tailMax {
+		t.b = t.b[len(t.b)-tailMax:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 // The files a helper allocates pages of: its fds 3 and 5.
@@ -87,6 +113,8 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, tf) // fd 5
 	}
 	cmd.Env = []string{"GOMAXPROCS=1", "GOGC=off", helperEnv + "=1"}
+	stderr := &tail{}
+	cmd.Stderr = stderr
 	if fillByPages() {
 		cmd.Env = append(cmd.Env, fillEnv+"=1")
 	}
@@ -97,7 +125,7 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 		mine.Close()
 		return nil, fmt.Errorf("start %s %s: %w", cmd.Path, HelperArg, err)
 	}
-	h := &helper{cmd: cmd, conn: mine, timeout: helperTimeout}
+	h := &helper{cmd: cmd, conn: mine, timeout: helperTimeout, stderr: stderr}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	// Without CAP_SYS_RESOURCE the helper keeps the shim's score (which
 	// containerd sets for its shims); its few pages of its own make it
@@ -279,21 +307,39 @@ func (h *helper) stop() {
 	_ = h.cmd.Wait()
 }
 
-// killed reports whether the helper, reaped by stop after it ended by
-// itself (errDiedAllocating: its end of the socket closed as it exited,
-// so stop's SIGKILL came after its exit status was set), died of SIGKILL,
-// the OOM killer's signal (mm/oom_kill.c: __oom_kill_process). Another
-// end says nothing of the pod's memory: the Go runtime's exit when it
-// cannot make a thread (runtime.newosproc: exit status 2), which on
-// cgroup v2 the pod's pids.max causes, the helper's threads being the
-// pod's tasks there (kernel/cgroup/pids.c: pids_can_fork; it makes three
-// after it is moved in), or a SIGTERM (systemd stopping a scope).
-func (h *helper) killed() bool {
+// memoryDeath reports whether the helper, reaped by stop after it ended
+// by itself (errDiedAllocating: its end of the socket closed as it
+// exited, so stop's SIGKILL came after its exit status was set), died
+// for want of memory in its cgroup:
+//   - killed by SIGKILL, the OOM killer's signal (mm/oom_kill.c:
+//     __oom_kill_process);
+//   - or exited with status 2, the Go runtime's fatal error, other than
+//     for a thread the kernel refused with EAGAIN. A runtime that cannot
+//     get memory ends this way ("runtime: out of memory"), and so does
+//     one whose thread the kernel refuses: with ENOMEM when the cgroup
+//     cannot hold the thread's stack and no process in it can be killed
+//     (kernel/fork.c: the stack is charged to the memory cgroup), with
+//     EAGAIN at the pod's pids.max on cgroup v2, where the helper's
+//     threads are the pod's tasks (kernel/cgroup/pids.c: pids_can_fork;
+//     it makes three after it is moved in). runtime.newosproc prints
+//     "errno=" and the number before it exits.
+//
+// Another end (SIGTERM from systemd stopping a scope, its own error exit)
+// says nothing of the pod's memory.
+func (h *helper) memoryDeath() bool {
 	if h.cmd.ProcessState == nil {
 		return false
 	}
 	ws, ok := h.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	switch {
+	case !ok:
+		return false
+	case ws.Signaled():
+		return ws.Signal() == syscall.SIGKILL
+	case ws.Exited() && ws.ExitStatus() == 2:
+		return !strings.Contains(h.stderr.String(), "errno="+strconv.Itoa(int(syscall.EAGAIN))+")")
+	}
+	return false
 }
 
 // HelperMain is the helper's body, run by the shim's binary when its first
