@@ -3,8 +3,10 @@ package memcharge
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -154,7 +156,7 @@ func TestLeafBelow(t *testing.T) {
 }
 
 // A helper that dies answering twice refuses the charge only if it died
-// for want of memory (memoryDeath): killed (the pod's OOM killer), or its
+// for want of memory (otherDeath): killed (the pod's OOM killer), or its
 // runtime's fatal exit for memory. One whose runtime the pod's pids.max
 // (cgroup v2) left without a thread (EAGAIN), or that ends otherwise,
 // leaves the charge counted, not refused.
@@ -197,6 +199,33 @@ func TestHelperDeathKinds(t *testing.T) {
 				t.Fatal("charge reported backed")
 			}
 		})
+	}
+}
+
+// Inside containerd's shim a reaper waits for every child, and usually
+// collects a dead helper's status before exec.Cmd.Wait can: an end not
+// known is taken for memory, as every death was before statuses were read
+// (a pod at its limit had its charges counted, unbacked, instead of
+// refused: TestMemoryChargedToContainer queued 300-500 MB in 64 MiB).
+func TestHelperDeathReapedElsewhere(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "exit 0")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The reaper's wait4(-1), before ours.
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(cmd.Process.Pid, &ws, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, stderr: &tail{}}
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("Wait of a child reaped elsewhere succeeded")
+	}
+	if h.otherDeath() {
+		t.Fatal("a helper whose status was collected elsewhere taken for a death other than memory")
+	}
+	if !strings.Contains(h.end(), "collected elsewhere") {
+		t.Fatalf("end: %q", h.end())
 	}
 }
 

@@ -31,7 +31,7 @@ type helper struct {
 	cmd       *exec.Cmd
 	conn      *os.File      // the shim's end of a SOCK_SEQPACKET pair
 	timeout   time.Duration // a round trip's limit: helperTimeout at its start
-	stderr    *tail         // the end of its standard error (memoryDeath)
+	stderr    *tail         // the end of its standard error (otherDeath)
 }
 
 // tail keeps the last tailMax bytes written to it.
@@ -307,26 +307,25 @@ func (h *helper) stop() {
 	_ = h.cmd.Wait()
 }
 
-// memoryDeath reports whether the helper, reaped by stop after it ended
-// by itself (errDiedAllocating: its end of the socket closed as it
-// exited, so stop's SIGKILL came after its exit status was set), died
-// for want of memory in its cgroup:
-//   - killed by SIGKILL, the OOM killer's signal (mm/oom_kill.c:
-//     __oom_kill_process);
-//   - or exited with status 2, the Go runtime's fatal error, other than
-//     for a thread the kernel refused with EAGAIN. A runtime that cannot
-//     get memory ends this way ("runtime: out of memory"), and so does
-//     one whose thread the kernel refuses: with ENOMEM when the cgroup
-//     cannot hold the thread's stack and no process in it can be killed
-//     (kernel/fork.c: the stack is charged to the memory cgroup), with
-//     EAGAIN at the pod's pids.max on cgroup v2, where the helper's
-//     threads are the pod's tasks (kernel/cgroup/pids.c: pids_can_fork;
-//     it makes three after it is moved in). runtime.newosproc prints
-//     "errno=" and the number before it exits.
+// otherDeath reports whether the helper, stopped after it ended by itself
+// (errDiedAllocating: its end of the socket closed as it exited), is known
+// to have ended for something other than want of memory in its cgroup:
+//   - a signal other than SIGKILL, the OOM killer's (mm/oom_kill.c:
+//     __oom_kill_process), such as SIGTERM from systemd stopping a scope;
+//   - an exit status other than 2, the Go runtime's fatal error (the
+//     helper's own errors);
+//   - status 2 for a thread the kernel refused with EAGAIN: the pod's
+//     pids.max on cgroup v2, where the helper's threads are the pod's
+//     tasks (kernel/cgroup/pids.c: pids_can_fork; it makes three after
+//     it is moved in). runtime.newosproc prints "errno=" and the number
+//     before it exits. With ENOMEM instead, the cgroup could not hold the
+//     thread's stack and had nothing left to kill: memory.
 //
-// Another end (SIGTERM from systemd stopping a scope, its own error exit)
-// says nothing of the pod's memory.
-func (h *helper) memoryDeath() bool {
+// An end not known is taken for memory, as any death was before the
+// statuses were read: inside containerd's shim, its reaper (which waits
+// for every child) usually collects the helper's status first, and
+// exec.Cmd.Wait then has none (ProcessState nil).
+func (h *helper) otherDeath() bool {
 	if h.cmd.ProcessState == nil {
 		return false
 	}
@@ -335,11 +334,24 @@ func (h *helper) memoryDeath() bool {
 	case !ok:
 		return false
 	case ws.Signaled():
-		return ws.Signal() == syscall.SIGKILL
+		return ws.Signal() != syscall.SIGKILL
 	case ws.Exited() && ws.ExitStatus() == 2:
-		return !strings.Contains(h.stderr.String(), "errno="+strconv.Itoa(int(syscall.EAGAIN))+")")
+		return strings.Contains(h.stderr.String(), "errno="+strconv.Itoa(int(syscall.EAGAIN))+")")
 	}
-	return false
+	return true
+}
+
+// end describes how the reaped helper ended, for the log: its wait
+// status and the last line of its standard error.
+func (h *helper) end() string {
+	st := "status collected elsewhere (the shim's reaper)"
+	if h.cmd.ProcessState != nil {
+		st = h.cmd.ProcessState.String()
+	}
+	if lines := strings.Split(strings.TrimSpace(h.stderr.String()), "\n"); lines[len(lines)-1] != "" {
+		st += ", stderr: " + lines[len(lines)-1]
+	}
+	return st
 }
 
 // HelperMain is the helper's body, run by the shim's binary when its first

@@ -35,7 +35,7 @@
 // On cgroup v1 the helper joins the memory hierarchy only. On v2 there is
 // one hierarchy, and the helper is in the container's cgroup for every
 // controller: it is frozen with it (settle passes frozen cgroups over), its
-// threads count in the pod's pids.max (helper.memoryDeath), runc ps lists it
+// threads count in the pod's pids.max (helper.otherDeath), runc ps lists it
 // and runc kill --all (cgroup.kill) kills it; and a cgroup with
 // controllers enabled for its children takes no process (settle).
 package memcharge
@@ -166,10 +166,10 @@ func (b *Ballast) growLocked(size int64) error {
 //
 // A helper that is gone (killed with its container's processes, evicted)
 // or dies allocating is replaced once: if the second one dies allocating
-// too for want of memory (helper.memoryDeath: killed, as by the pod's OOM
-// killer, or its runtime out of memory), the charge is refused
-// (ipcns.ErrNoMemory), as is one that the pod's cgroup cannot hold. One
-// that ends otherwise leaves the charge unbacked.
+// too, it was the pod's OOM killer's last choice or its runtime found no
+// memory, and the charge is refused (ipcns.ErrNoMemory), as is one that
+// the pod's cgroup cannot hold. One known to have ended for another
+// reason (helper.otherDeath) leaves the charge unbacked.
 func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		if b.helper == nil {
@@ -201,14 +201,14 @@ func (b *Ballast) fillLocked(file int, off, length int64) (bool, error) {
 		if attempt == 0 {
 			continue
 		}
-		if errors.Is(err, errDiedAllocating) && h.memoryDeath() {
+		if errors.Is(err, errDiedAllocating) && !h.otherDeath() {
 			return false, ipcns.ErrNoMemory
 		}
 		// Stuck twice (errHelperStuck: a machine too loaded to start a
 		// helper in time; a cgroup frozen after its helper came is not
 		// chosen again, see settle) or another failure: nothing says
 		// the pod is out of memory.
-		b.logf("memcharge: helper failed twice (%v): the namespace's objects are counted, not charged to the pod, for %v", err, retryAfter)
+		b.logf("memcharge: helper failed twice (%v; %s): the namespace's objects are counted, not charged to the pod, for %v", err, h.end(), retryAfter)
 		b.unbackedUntil = time.Now().Add(retryAfter)
 		return false, nil
 	}
