@@ -160,33 +160,35 @@ func startHelper(memfd, textfd int, host Host) (*helper, error) {
 //     refuse it.
 func settle(pid int, places []Place) (string, error) {
 	var errs []error
-	for _, p := range places {
-		if d := frozenAt(filepath.Dir(p.Procs)); d != "" {
-			errs = append(errs, fmt.Errorf("%s: frozen (%s)", p.Procs, filepath.Join(d, "cgroup.freeze")))
-			continue
+	// moveInto reports whether pid went into procs, and whether procs's
+	// cgroup was frozen.
+	moveInto := func(procs string) (ok, frozen bool) {
+		if d := frozenAt(filepath.Dir(procs)); d != "" {
+			errs = append(errs, fmt.Errorf("%s: frozen (%s)", procs, filepath.Join(d, "cgroup.freeze")))
+			return false, true
 		}
-		err := writePid(p.Procs, pid)
-		if err == nil {
+		if err := writePid(procs, pid); err != nil {
+			errs = append(errs, err)
+			return false, false
+		}
+		return true, false
+	}
+	for _, p := range places {
+		ok, frozen := moveInto(p.Procs)
+		if ok {
 			return p.Container, nil
 		}
-		errs = append(errs, err)
-		if p.Pid <= 0 {
+		if frozen || p.Pid <= 0 {
 			continue
 		}
-		leaf, lerr := leafBelow(p.Pid, p.Procs)
-		if lerr != nil {
-			errs = append(errs, lerr)
-			continue
-		}
-		if d := frozenAt(filepath.Dir(leaf)); d != "" {
-			errs = append(errs, fmt.Errorf("%s: frozen (%s)", leaf, filepath.Join(d, "cgroup.freeze")))
-			continue
-		}
-		if err := writePid(leaf, pid); err != nil {
+		leaf, err := leafBelow(p.Pid, p.Procs)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		return p.Container, nil
+		if ok, _ := moveInto(leaf); ok {
+			return p.Container, nil
+		}
 	}
 	return "", errors.Join(errs...)
 }
