@@ -461,13 +461,21 @@ func (n *EngineTable) Evict(id string) {
 	if m == nil {
 		return
 	}
-	if e := n.byIno[m.ino]; e != nil {
+	e := n.byIno[m.ino]
+	if e != nil {
 		e.removeHost(id)
-		if e.ballast != nil {
-			d.evict(e.ballast, id)
-		}
 	}
-	for _, b := range n.nestedInLocked(m.cgroup) {
+	n.evictLocked(&d, e, id, m.cgroup)
+}
+
+// evictLocked has d make the helpers in container id's memory cgroup
+// (procs) leave it: namespace e's (if not nil), and those of the
+// namespaces made in that cgroup or below it (nestedInLocked).
+func (n *EngineTable) evictLocked(d *deferred, e *servedNamespace, id, procs string) {
+	if e != nil && e.ballast != nil {
+		d.evict(e.ballast, id)
+	}
+	for _, b := range n.nestedInLocked(procs) {
 		d.evict(b, "")
 	}
 }
@@ -522,12 +530,7 @@ func (n *EngineTable) Paused(id string) {
 	if m == nil || m.cgroup != cgroup {
 		return
 	}
-	if e := n.byIno[m.ino]; e != nil && e.ballast != nil {
-		d.evict(e.ballast, id)
-	}
-	for _, b := range n.nestedInLocked(m.cgroup) {
-		d.evict(b, "")
-	}
+	n.evictLocked(&d, n.byIno[m.ino], id, m.cgroup)
 }
 
 // Remove forgets container id; when it was the last container of its
@@ -555,12 +558,7 @@ func (n *EngineTable) removeLocked(id string, d *deferred) uint64 {
 	}
 	// Its cgroup goes with it: no helper may stay in it or be put there.
 	e.removeHost(id)
-	if e.ballast != nil {
-		d.evict(e.ballast, id)
-	}
-	for _, b := range n.nestedInLocked(m.cgroup) {
-		d.evict(b, "")
-	}
+	n.evictLocked(d, e, id, m.cgroup)
 	delete(e.members, id)
 	if len(e.members) > 0 {
 		return 0
