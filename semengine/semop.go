@@ -3,6 +3,7 @@ package semengine
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
@@ -189,12 +190,23 @@ func (e *Engine) Start(c *ipcns.Caller, op *Op) (*Wait, error) {
 	}
 	w := &waiter{sops: sops, alter: alter, blocking: blocking, undo: un, caller: c, commit: op.Commit, done: op.Done}
 	s.enqueue(w)
-	if op.Timeout != nil {
-		d := time.Duration(op.Timeout.Sec)*time.Second + time.Duration(op.Timeout.Nsec)
+	if d, ok := timeoutDuration(op.Timeout); ok {
 		w.timer = time.AfterFunc(d, func() { s.endSleep(w, int(unix.EAGAIN)) })
 	}
 	s.unlock(locknum)
 	return &Wait{s: s, w: w}, nil
+}
+
+// timeoutDuration is a valid semtimedop timeout as a Duration, and false
+// for none: nil, or one too long for a Duration (over ~292 years), which
+// the kernel saturates (ktime_add_safe to KTIME_MAX; MAX_JIFFY_OFFSET
+// before hrtimers) into a sleep that never times out. The product
+// Sec*time.Second would wrap negative there and expire at once.
+func timeoutDuration(t *unix.Timespec) (time.Duration, bool) {
+	if t == nil || t.Sec > (math.MaxInt64-t.Nsec)/int64(time.Second) {
+		return 0, false
+	}
+	return time.Duration(t.Sec)*time.Second + time.Duration(t.Nsec), true
 }
 
 // enqueue puts w, whose operation must wait, on its queue (the tail of
