@@ -119,6 +119,11 @@ package gateway
 //   - a handler without SA_RESTART: the kernel already returned EINTR; the
 //     thread's next call is a new call.
 //
+// Between an interruption and its restart a thread makes calls only from
+// the handler: a call that does not match a restarted interruption leaves
+// it waiting for the restart (Task.pendingRestartLocked), so a handler's
+// own semop or msgctl changes nothing for the call it interrupted.
+//
 // A report can also arrive between the receiver reading a call and
 // binding it to its thread (a thread's first call, or one read before the
 // previous call's end was recorded): the report finds no call to attach
@@ -218,6 +223,12 @@ package gateway
 //     next observer probes them.
 //   - A reply in doubt whose thread never takes a signal (another thread
 //     took it) is taken as delivered after awaitLimit (Stats.Unsettled).
+//   - A handler with SA_RESTART that leaves through siglongjmp never
+//     returns to the restart the kernel arranged: the interruption stays
+//     until the thread's next call with the same number, arguments and
+//     instruction pointer, which is answered as that restart would be
+//     (semop: EINTR where natively it is a new call). Nothing in a
+//     notification tells a restart from a new call at the same place.
 //
 // # Locks
 //

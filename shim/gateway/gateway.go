@@ -715,6 +715,7 @@ func (g *Gateway) restart(r *Request) bool {
 		g.cancelVanished(cancel)
 		return true
 	}
+	taken = t.pendingRestartLocked(taken, r)
 	t.intr = nil
 	t.call = r
 	t.mu.Unlock()
@@ -754,6 +755,32 @@ func (g *Gateway) restart(r *Request) bool {
 	g.Stats.Restarts.Add(1)
 	r.Reply(0, unix.EINTR)
 	return true
+}
+
+// pendingRestartLocked returns the interruption that r may restart: taken
+// (the thread's last one) if r matches it, or the one kept in t.outer.
+// An interruption the kernel restarts after a handler ran, followed by a
+// call that does not match it, is kept for the restart to come: the
+// thread makes no call between an interruption and its restart except
+// from the handler (which may call semop, msgsnd, ...), and natively that
+// call does not change how the interrupted one ends. t.mu and evMu are
+// held.
+func (t *Task) pendingRestartLocked(taken *interruption, r *Request) *interruption {
+	if taken != nil && taken.matches(r) {
+		return taken
+	}
+	if taken != nil && taken.evented && taken.handlerRan && taken.restarts() {
+		// r is the handler's: the interrupted call restarts when it
+		// returns (a handler left through siglongjmp never returns:
+		// doc.go, "What is not exact").
+		t.outer = taken
+		return nil
+	}
+	if o := t.outer; o != nil && o.matches(r) {
+		t.outer = nil
+		return o
+	}
+	return taken
 }
 
 // cancelVanished cancels the sleep of a call found vanished, if any.

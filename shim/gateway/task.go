@@ -65,6 +65,10 @@ type Task struct {
 	// interrupted call, until the thread's next notification, which may
 	// be its restart.
 	intr *interruption
+	// outer is an interruption whose restart is still to come while the
+	// handler that ran makes calls of its own (Task.pendingRestartLocked).
+	// Guarded like intr.
+	outer *interruption
 	// sigSeq and sigRegs: the event sequence number of the last signal
 	// the thread took, and its registers then (Request.await).
 	sigSeq  uint64
@@ -352,9 +356,9 @@ func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, err
 				return nil, ErrTaskGone
 			}
 			cancel = old.callOverLocked()
-			nt.intr, nt.sigSeq, nt.sigRegs = old.intr, old.sigSeq, old.sigRegs
+			nt.intr, nt.outer, nt.sigSeq, nt.sigRegs = old.intr, old.outer, old.sigSeq, old.sigRegs
 			nt.lastLs, nt.lastID = old.lastLs, old.lastID
-			old.intr = nil
+			old.intr, old.outer = nil, nil
 			old.dead.Store(true)
 		}
 		old.mu.Unlock()
