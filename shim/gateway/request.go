@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,7 +239,11 @@ func (r *Request) taken(pre uint64, raced bool) bool {
 // got there first. done is false when it could not be tried (the task
 // has no fd 0): the caller then sends and awaits.
 func (r *Request) confirm() (ok, done bool) {
-	pfd, err := unix.PidfdOpen(r.Task.Tgid, 0)
+	// The thread's own fd 0: a thread may have a file table of its own
+	// (unshare(CLONE_FILES), clone without CLONE_FILES), and pidfd_getfd
+	// reads the table of the task the pidfd names (the leader, for a
+	// process's pidfd), while ADDFD installs into the caller's.
+	pfd, err := unix.PidfdOpen(r.Task.Tid, unix.PIDFD_THREAD)
 	if err != nil {
 		return false, false
 	}
@@ -281,6 +288,12 @@ func (r *Request) await(pre uint64) bool {
 	g, t := r.g, r.Task
 	g.Stats.Awaited.Add(1)
 	deadline := time.Now().Add(awaitLimit)
+	// Read after the SEND returned and before the drain below: a signal
+	// that made the kernel discard the answer was pending for the thread,
+	// unblocked, before the SEND completed; it is still pending now, or
+	// the thread took it, and signal_deliver's report, written under the
+	// same lock as /proc's read, is then drained below.
+	quiet := !signalDeliverable(t.Tid)
 	for {
 		g.evMu.Lock()
 		g.drainLocked()
@@ -302,6 +315,11 @@ func (r *Request) await(pre uint64) bool {
 		case t.proc.sigDel.Load() > pre && t.proc.sigDel.Load() >= t.proc.sigGen.Load():
 			// Every signal queued for the process since was taken, by
 			// other threads: none interrupted this one.
+			return true
+		case quiet:
+			// No signal could interrupt the thread (those pending are
+			// blocked, or were taken through signalfd or sigwaitinfo,
+			// which signal_deliver does not report), and it took none.
 			return true
 		case time.Now().After(deadline):
 			// No signal reached this thread (another thread took it,
@@ -389,4 +407,54 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	}
 	restore()
 	return false
+}
+
+// signalDeliverable reports whether thread tid has a signal pending that
+// it does not block (its own or its process's, /proc/<tid>/status), or is
+// traced (a tracer holds a signal it took before signal_deliver reports
+// it), or cannot be read: whether a signal may still end its wait.
+func signalDeliverable(tid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return true
+	}
+	var pnd, shd, blk uint64
+	seen := 0
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		v = bytes.TrimSpace(v)
+		var dst *uint64
+		switch string(k) {
+		case "TracerPid":
+			if string(v) != "0" {
+				return true
+			}
+			seen++
+			continue
+		case "SigPnd":
+			dst = &pnd
+		case "ShdPnd":
+			dst = &shd
+		case "SigBlk":
+			dst = &blk
+		default:
+			continue
+		}
+		n, err := strconv.ParseUint(string(v), 16, 64)
+		if err != nil {
+			return true
+		}
+		*dst = n
+		seen++
+	}
+	return seen != 4 || (pnd|shd)&^blk != 0
 }
