@@ -230,6 +230,30 @@ package gateway
 //     (semop: EINTR where natively it is a new call). Nothing in a
 //     notification tells a restart from a new call at the same place.
 //
+// Open (found by review on 2026-12-05, not fixed yet; each a window of
+// microseconds unless said):
+//
+//   - The freezer wakes sleepers with no signal_generate event, so a
+//     waker's commit to a sleeper of a container being paused goes out as
+//     a plain SEND, which the kernel can discard; after the thaw the
+//     restart is served as a new call (a semop unit taken twice, a
+//     message lost). Pause would have to tell the gateway before freezing.
+//   - A group stop begun by another thread while a msgrcv answer is in
+//     doubt interrupts this thread with no report for it; await takes the
+//     answer as delivered. (semop answers go through ADDFD: exact.)
+//   - A tracee in a signal-delivery stop reports signal_deliver only when
+//     its tracer resumes it; a traced thread's answer in doubt is taken
+//     as delivered after awaitLimit, as is any wait longer than that.
+//   - commitWrite writes a message into the caller's buffer before a SEND
+//     it does not expect to race, and keeps nothing to restore: if the
+//     SEND fails the buffer holds the message though the call fails.
+//   - An EIDRM answer the kernel discards restarts into EINVAL (natively
+//     EIDRM); an IPC_RMID, SETVAL or SETALL interrupted between Valid and
+//     the reply is applied again by its restart.
+//   - ADDFD's fd 0 replacement (Request.confirm) releases the caller's
+//     POSIX record locks on that file, runs its flush, and can overwrite a
+//     concurrent close/reopen of fd 0 by another thread.
+//
 // # Locks
 //
 // Task.mu guards a thread's call state (call, intr, the Request's wait);
