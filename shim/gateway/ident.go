@@ -131,16 +131,8 @@ func parseStatus(b []byte) (*status, error) {
 	st := &status{}
 	seen := 0
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		k, v, ok := bytes.Cut(line, []byte{':'})
-		if !ok {
-			continue
-		}
+		var k, v []byte
+		k, v, b = nextStatusField(b)
 		f := strings.Fields(string(v))
 		var err error
 		switch string(k) {
@@ -195,6 +187,15 @@ func parseStatus(b []byte) (*status, error) {
 		return nil, fmt.Errorf("status: missing fields (have %05b)", seen)
 	}
 	return st, nil
+}
+
+// nextStatusField splits the first "Key:\tvalue" line off a /proc status
+// file's text b: its key, its value (empty for a line without a colon) and
+// the text after the line.
+func nextStatusField(b []byte) (key, val, rest []byte) {
+	line, rest, _ := bytes.Cut(b, []byte{'\n'})
+	key, val, _ = bytes.Cut(line, []byte{':'})
+	return key, val, rest
 }
 
 func field32(f []string, i int) (uint32, error) {

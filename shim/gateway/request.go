@@ -421,16 +421,8 @@ func signalDeliverable(tid int) bool {
 	var pnd, shd, blk uint64
 	seen := 0
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		k, v, ok := bytes.Cut(line, []byte{':'})
-		if !ok {
-			continue
-		}
+		var k, v []byte
+		k, v, b = nextStatusField(b)
 		v = bytes.TrimSpace(v)
 		var dst *uint64
 		switch string(k) {
