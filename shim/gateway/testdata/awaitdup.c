@@ -30,20 +30,6 @@
 static volatile sig_atomic_t handled;
 static void on_sig(int s) { (void)s; handled++; }
 
-/* await waits (10 s at most) until child p is asleep in a call. */
-static void await(pid_t p) {
-	char wchan[128];
-	char st = '?';
-	for (int i = 0; i < 100000; i++) {
-		st = taskstate(p, wchan, sizeof wchan);
-		if (st == 'S' && in_call(wchan))
-			return;
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
-	}
-	printf("  TIMEOUT waiting for the child: state %c wchan %s\n", st, wchan);
-}
-
 struct msg8 { long type; char text[8]; };
 
 static int stall(int n, int blocked) {
@@ -67,7 +53,7 @@ static int stall(int n, int blocked) {
 		_exit(0);
 	}
 	for (int k = 0; k < n; k++) {
-		await(p);
+		await_asleep(p);
 		struct msg8 m = {1, "x"};
 		msgsnd(msqid, &m, sizeof m.text, 0);
 	}
@@ -118,12 +104,12 @@ int main(int argc, char **argv) {
 		}
 		close(res[1]);
 		close(got[1]);
-		await(p);
+		await_asleep(p);
 		struct msg8 m = {1, "one"};
 		msgsnd(msqid, &m, sizeof m.text, 0);
 		char c;
 		(void)!read(got[0], &c, 1); /* the child took the message */
-		await(p);                   /* and sleeps in its second msgrcv */
+		await_asleep(p);                   /* and sleeps in its second msgrcv */
 		kill(p, SIGUSR1);
 		int st;
 		waitpid(p, &st, 0);

@@ -50,22 +50,6 @@ static void on_sig(int s) {
 	(void)!write(syncfd[1], "s", 1);
 }
 
-/* await waits (10 s at most) until child p is asleep in a call, or gone. */
-static void await(pid_t p) {
-	char wchan[128];
-	char st = '?';
-	for (int i = 0; i < 20000; i++) {
-		if (exited(p))
-			return;
-		st = taskstate(p, wchan, sizeof wchan);
-		if (st == 'S' && in_call(wchan))
-			return;
-		struct timespec ts = {0, 500000};
-		nanosleep(&ts, NULL);
-	}
-	printf("  TIMEOUT waiting for the child: state %c wchan %s\n", st, wchan);
-}
-
 static void child(int msg, int out) {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -107,13 +91,13 @@ static void one(enum how h, int msg) {
 	}
 	close(res[1]);
 	close(syncfd[1]);
-	await(p);
+	await_asleep(p);
 	kill(p, SIGUSR1);
 	if (h != H_LONGJMP) {
 		char c;
 		(void)!read(syncfd[0], &c, 1); /* the handler's call is done */
 	}
-	await(p);
+	await_asleep(p);
 	if (msg) {
 		struct msqid_ds ds;
 		msgctl(msqid, IPC_STAT, &ds);

@@ -1,8 +1,8 @@
 /* procstate.h: what /proc says of a test's child, for the C test programs
  * that must wait for a state (never a fixed pause): its state letter, its
- * wchan, whether that is a System V IPC sleep, whether it has exited.
- * Needs <fcntl.h>, <signal.h>, <stdio.h>, <string.h>, <sys/wait.h>,
- * <unistd.h>. */
+ * wchan, whether that is a System V IPC sleep, whether it has exited,
+ * and a wait until it sleeps in a call. Needs <fcntl.h>, <signal.h>,
+ * <stdio.h>, <string.h>, <sys/wait.h>, <time.h>, <unistd.h>. */
 #ifndef PROCSTATE_H
 #define PROCSTATE_H
 
@@ -46,6 +46,22 @@ static inline int exited(pid_t p) {
 	siginfo_t si;
 	memset(&si, 0, sizeof si);
 	return waitid(P_PID, p, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == p;
+}
+
+/* await_asleep waits (10 s at most) until child p is asleep in a call, or gone. */
+static inline void await_asleep(pid_t p) {
+	char wchan[128];
+	char st = '?';
+	for (int i = 0; i < 20000; i++) {
+		if (exited(p))
+			return;
+		st = taskstate(p, wchan, sizeof wchan);
+		if (st == 'S' && in_call(wchan))
+			return;
+		struct timespec ts = {0, 500000};
+		nanosleep(&ts, NULL);
+	}
+	printf("  TIMEOUT waiting for the child: state %c wchan %s\n", st, wchan);
 }
 
 #endif
