@@ -30,7 +30,8 @@ func TestHandlerCallDifferential(t *testing.T) {
 // semop or msgrcv leaves through siglongjmp and the thread makes the same
 // call again. Natively that is a new call, which sleeps; the gateway
 // cannot tell it from the restart (doc.go, "What is not exact"): the
-// difference is logged, not failed, unless GATEWAY_KNOWN_INEXACT is set.
+// test reports a difference as a skip (known inexact), and fails on it
+// only when GATEWAY_KNOWN_INEXACT is set.
 func TestHandlerLongjmpDifferential(t *testing.T) {
 	bin := buildC(t, "testdata/handlercall.c")
 	native, err := harness.NativeCommand(bin, "longjmp").Output()
@@ -44,7 +45,7 @@ func TestHandlerLongjmpDifferential(t *testing.T) {
 		return
 	}
 	if msg := firstDiff(string(native), string(trapped)); msg != "" {
-		t.Logf("known inexact:\n%s", msg)
+		t.Skipf("known inexact (doc.go; GATEWAY_KNOWN_INEXACT=1 fails on it):\n%s", msg)
 	}
 }
 
