@@ -117,7 +117,21 @@ package gateway
 //     and fails, only if it could not proceed; the restart is served with
 //     NoSleep and answered EINTR where it would sleep;
 //   - a handler without SA_RESTART: the kernel already returned EINTR; the
-//     thread's next call is a new call.
+//     thread's next call is a new call;
+//   - the call had completed (its effect done: a set made or removed, a
+//     SETVAL, an EIDRM) but did not take its answer (see "Exact answers"):
+//     natively it returned that answer, so the restart gets it
+//     (interruption.resend) and the call is not run twice.
+//
+// The restart can be read by another receiver while the call it restarts
+// is still being served (a receiver between the handler's effect and its
+// answer, or a handler Observe deferred): restart first waits for the
+// thread's older calls to be served and their answers' fate known
+// (Request.awaitServed), holding no lock. A deferred handler that has
+// not started yet finds its call gone (Valid) and does nothing. A
+// restart can itself be interrupted before it is read: the report that
+// follows an undecided one for the same registers continues it
+// (interruption.origin).
 //
 // Between an interruption and its restart a thread makes calls only from
 // the handler: a call that does not match a restarted interruption leaves
@@ -185,6 +199,15 @@ package gateway
 // buffer put back). The engine's lock is held meanwhile, so nobody sees
 // an effect that is then undone.
 //
+// Every other answer (Request.Reply: ids, values, errors, the ctl
+// commands) comes after an effect that is not undone. It goes the same
+// way (Request.deliver): a plain SEND when no signal may race; otherwise
+// ADDFD|SEND for an answer of 0, a SEND and await for the rest. An answer
+// the task did not take (refused or discarded) is kept for the call's
+// restart. TestSignalRainDifferential: before, 3,000 rounds of semget,
+// SETVAL and IPC_RMID under a stream of SA_RESTART signals gave 4 to 35
+// IPC_RMIDs failing with EINVAL and 1 to 3 sets made twice.
+//
 // # Sleepers in the trap (drain.go)
 //
 // A task asleep in the trap whose notification the receiver has not read
@@ -247,9 +270,17 @@ package gateway
 //   - commitWrite writes a message into the caller's buffer before a SEND
 //     it does not expect to race, and keeps nothing to restore: if the
 //     SEND fails the buffer holds the message though the call fails.
-//   - An EIDRM answer the kernel discards restarts into EINVAL (natively
-//     EIDRM); an IPC_RMID, SETVAL or SETALL interrupted between Valid and
-//     the reply is applied again by its restart.
+//   - The check that no signal raced with a plain SEND reads
+//     signal_generate events, but the kernel writes that event after
+//     complete_signal has woken the task (__send_signal_locked): a signal
+//     queued as the SEND goes in, whose event is not yet in the ring when
+//     the gateway looks, is missed (a window of well under a µs; not
+//     seen in TestSignalRainDifferential's millions of signals).
+//   - A process that signals itself or its threads without pause fills
+//     the event ring: the kernel drops events (Stats.EventsLost, logged),
+//     and an interruption or exit of that shim's tasks may be missed.
+//     With every read handing the turn on, such a storm also makes
+//     Observe's drain wait its full 200 ms (logged; on 2db812c too).
 //   - ADDFD's fd 0 replacement (Request.confirm) releases the caller's
 //     POSIX record locks on that file, runs its flush, and can overwrite a
 //     concurrent close/reopen of fd 0 by another thread.
@@ -265,6 +296,9 @@ package gateway
 // tmu, then Task.mu. buildMu (one thread identified at a time) comes
 // before evMu and tmu (insert). A listener's orderMu is a leaf; a
 // receiver waits for an earlier call's receiver (ordered) holding no
-// lock, and that one never waits for a later call.
+// lock, and that one never waits for a later call. Likewise restart
+// waits, holding no lock, only for its thread's older calls
+// (Request.serving, observing, answering), never when its own call is
+// stale.
 // Engine callbacks (Commit, Done) run under engine locks and never call
 // back into an engine.

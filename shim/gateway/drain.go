@@ -33,6 +33,8 @@ func (r *Request) Observe(f func()) {
 	g := r.g
 	go func() {
 		g.Quiesce(r.Task.IPCNS)
+		r.observing.Lock()
+		defer r.observing.Unlock()
 		f()
 	}()
 }
@@ -162,7 +164,7 @@ func (g *Gateway) sweep(ino uint64, all bool) {
 		if vanished {
 			t.call = nil
 			if t.intr == nil {
-				t.intr = &interruption{call: c, slept: true}
+				t.intr = &interruption{call: c, origin: c, slept: true}
 			}
 		}
 		t.mu.Unlock()

@@ -31,6 +31,11 @@ type interruption struct {
 	// the call).
 	call  *Request
 	slept bool
+	// origin is the Request whose restart this is: call, or the call an
+	// earlier interruption reported, when this one ended its restart
+	// before the gateway read it. Its outcome decides how the restart is
+	// served (Gateway.restart waits for it).
+	origin *Request
 	// evented: the kernel reported the interruption (a signal the thread
 	// took); without it the call vanished with no signal taken by the
 	// thread (a group stop begun by another thread, a freezer, a wakeup
@@ -45,6 +50,10 @@ type interruption struct {
 	// handlerRan: any handler ran before the restart (msgsnd and msgrcv
 	// then fail with EINTR natively, -ERESTARTNOHAND).
 	handlerRan bool
+	// resend is the answer the interrupted call was given and did not
+	// take, its effects done (Request.deliver): natively the call
+	// completed, so its restart gets this answer.
+	resend *answer
 }
 
 // sameCall reports whether regs describe the interrupted call.
@@ -177,7 +186,9 @@ func (g *Gateway) delivered(ev *tasktrace.Event) {
 	if t != nil {
 		// An answer in doubt (Request.await) reads its fate here.
 		t.mu.Lock()
-		t.sigSeq, t.sigRegs = g.seq, ev.Regs
+		if t.sigSeq <= t.sigFrom {
+			t.sigSeq, t.sigRegs = g.seq, ev.Regs
+		}
 		t.mu.Unlock()
 	}
 	in := g.pendingIntr(t, tid)
@@ -186,13 +197,24 @@ func (g *Gateway) delivered(ev *tasktrace.Event) {
 			// A new interruption. (Signals taken in the same return to
 			// user mode after the first handler no longer see
 			// -ERESTARTSYS: handle_signal has rewritten ax.)
+			prev := in
 			in = &interruption{nr: int64(ev.Regs.OrigAx), ip: ev.Regs.IP, regs: ev.Regs, evented: true}
+			if prev != nil && prev.sameCall(&ev.Regs) {
+				// prev was not taken up by a notification: this ends
+				// its call's restart, before the gateway read it. It is
+				// still that call.
+				in.origin, in.resend = prev.origin, prev.resend
+			}
 			if t != nil {
 				t.mu.Lock()
 				if c := t.call; c != nil && c.matchesRegs(&ev.Regs) {
-					in.call, in.slept = c, c.wait != nil
+					in.call, in.slept, in.origin = c, c.wait != nil, c
 					t.call = nil
 					g.abandonLocked(c)
+				}
+				if p := t.resend; p != nil && p.call.matchesRegs(&ev.Regs) {
+					in.call, in.origin, in.resend = p.call, p.call, &p.a
+					t.resend = nil
 				}
 				t.intr = in
 				t.mu.Unlock()

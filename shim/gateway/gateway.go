@@ -66,6 +66,9 @@ type Stats struct {
 	Exits atomic.Int64
 	// EventsLost is the number of kernel events lost to a full ring.
 	EventsLost atomic.Int64
+	// Resent counts restarts answered with the answer the kernel
+	// discarded when it interrupted the call they restart.
+	Resent atomic.Int64
 	// Stale counts calls found gone before they were bound to their
 	// thread: a newer call of the thread was taken up first (by another
 	// receiver of the listener), or the thread exited.
@@ -616,6 +619,8 @@ func (g *Gateway) dispatch(ls *listener, n *seccompnotify.Notif, oc uint64) {
 		g.addListener(ls, t.IPCNS)
 	}
 	r := &Request{Notif: *n, Sysno: sys, Task: t, g: g, ls: ls, recvSeq: g.seqNow.Load(), cached: cached}
+	r.serving.Lock()
+	defer r.serving.Unlock()
 	g.observeStart(r)
 	if h := dispatchHook.Load(); h != nil {
 		(*h)(r)
@@ -670,13 +675,26 @@ var dispatchHook atomic.Pointer[func(*Request)]
 // "Signals".
 func (g *Gateway) restart(r *Request) bool {
 	t := r.Task
-	// The previous call may have been answered by another goroutine
-	// that has not yet recorded it: the task can be quicker.
+	// The previous call, or the interrupted one r may restart, may still
+	// be served by another receiver, or answered by another goroutine
+	// that has not yet recorded it: the task can be quicker. How it ended
+	// decides how r is served.
+	// Both were read before r (a notification newer than r taken up
+	// makes r stale, and a stale r waits for nothing): r waits only for
+	// older calls, which never wait for it (ordered).
 	t.mu.Lock()
-	prev := t.call
+	prev, intrCall := t.call, (*Request)(nil)
+	if t.intr != nil {
+		intrCall = t.intr.origin
+	}
+	if t.staleLocked(r.ls, r.Notif.ID) {
+		prev, intrCall = nil, nil
+	}
 	t.mu.Unlock()
-	if prev != nil {
-		prev.settle()
+	for _, c := range [...]*Request{prev, intrCall} {
+		if c != nil {
+			c.awaitServed()
+		}
 	}
 	// evMu, because the kernel's reports update an interruption until the
 	// thread's next call takes it (events.go).
@@ -717,6 +735,9 @@ func (g *Gateway) restart(r *Request) bool {
 	}
 	taken = t.pendingRestartLocked(taken, r)
 	t.intr = nil
+	// An answer kept for a restart whose interruption was never
+	// reported (the thread died, or took no signal) is not r's.
+	t.resend = nil
 	t.call = r
 	t.mu.Unlock()
 	delete(g.intrs, t.Tid)
@@ -732,6 +753,17 @@ func (g *Gateway) restart(r *Request) bool {
 	}
 	if !in.restarts() {
 		return false
+	}
+	if a := in.resend; a != nil {
+		// The interrupted call did not take its answer (Request.deliver):
+		// natively it completed with it.
+		g.Stats.Resent.Add(1)
+		var err error
+		if a.errno != 0 {
+			err = a.errno
+		}
+		r.Reply(a.val, err)
+		return true
 	}
 	switch r.Sysno {
 	case SysSemop, SysSemtimedop:

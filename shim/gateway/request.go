@@ -48,6 +48,13 @@ type Request struct {
 	// (settle): the task may make its next call before the goroutine
 	// that answered it has run again.
 	answering sync.Mutex
+	// serving is held by the receiver while it serves the call
+	// (dispatch): the thread's next call, which may be this one's
+	// restart read by another receiver, waits for this one's outcome
+	// (Gateway.restart).
+	serving sync.Mutex
+	// observing is held while a handler that Observe deferred runs.
+	observing sync.Mutex
 	// wait is the engine sleep the call is in, if any; guarded by
 	// Task.mu.
 	wait canceler
@@ -56,6 +63,12 @@ type Request struct {
 }
 
 type canceler interface{ Cancel() bool }
+
+// answer is a call's return value or errno, as sent.
+type answer struct {
+	val   int64
+	errno unix.Errno
+}
 
 // Arg returns the i-th argument register.
 func (r *Request) Arg(i int) uint64 { return r.Notif.Data.Args[i] }
@@ -89,9 +102,77 @@ func (r *Request) Reply(val int64, err error) bool {
 		r.g.logf("gateway: %v from tid %d: %v", r.Sysno, r.Task.Tid, err)
 		errno = unix.EIO
 	}
-	ok := r.send(val, errno)
+	ok := r.deliver(answer{val, errno})
 	r.finish()
 	return ok
+}
+
+// deliver sends a, an answer whose effects (an IPC_RMID, a SETVAL, a set
+// created, a sleeper's EIDRM) are already done, and learns whether the
+// task took it as commit does (doc.go, "Exact answers"). If the kernel
+// discarded it (a signal woke the task as the SEND went in), the call
+// restarts when the handler has SA_RESTART, or after a stop: natively it
+// completed, so its restart gets a again (Gateway.restart) instead of
+// running a second time (an IPC_RMID failing with EINVAL, a second set
+// created). It must run before finish: the kernel's report of the
+// interruption is bound to the call while it is the Task's.
+func (r *Request) deliver(a answer) bool {
+	pre, raced := r.fateWindow()
+	if raced && a == (answer{}) {
+		if ok, done := r.confirm(); done {
+			if !ok {
+				r.keepForRestart(a)
+			}
+			return ok
+		}
+	}
+	if r.send(a.val, a.errno) && r.taken(pre, raced) {
+		return true
+	}
+	if r.gone.Load() {
+		// Refused (the task left before the SEND) or discarded.
+		r.keepForRestart(a)
+	}
+	return false
+}
+
+// keepForRestart keeps a, the answer of a call that did not take it, for
+// the call's restart: on the kernel's report of the interruption, which
+// comes before the restart (the thread takes the signal first) but may
+// be applied before or after this.
+func (r *Request) keepForRestart(a answer) {
+	t := r.Task
+	t.mu.Lock()
+	if in := t.intr; in != nil && (in.call == r || in.call == nil && in.matches(r)) {
+		// Reported already: r's interruption, or that of r's restart,
+		// interrupted before the gateway read it (the thread makes no
+		// call with r's registers in between).
+		in.resend = &a
+	} else {
+		t.resend = &pendingAnswer{call: r, a: a}
+	}
+	t.mu.Unlock()
+}
+
+// pendingAnswer is an answer kept for a call's restart until the
+// kernel's report of the call's interruption is applied.
+type pendingAnswer struct {
+	call *Request
+	a    answer
+}
+
+// fateWindow opens the window in which the fate of an answer sent next
+// is judged: it applies the events recorded so far, and returns the
+// count of events applied (pre) and whether a signal may race with the
+// answer. The thread's first signal after pre is recorded for await.
+func (r *Request) fateWindow() (pre uint64, raced bool) {
+	r.g.syncEventsLocked()
+	t := r.Task
+	t.mu.Lock()
+	pre = r.g.seqNow.Load()
+	t.sigFrom = pre
+	t.mu.Unlock()
+	return pre, t.proc.mayBeSignalled(r.recvSeq)
 }
 
 // startAnswer claims the right to answer (only the first answer counts)
@@ -114,6 +195,22 @@ func (r *Request) settle() {
 		//lint:ignore SA2001 a wait for the answering goroutine, not a critical section
 		r.answering.Unlock()
 	}
+}
+
+// awaitServed waits until r's receiver has served it (answered it, or
+// left it asleep in an engine) and any answer in flight has its outcome
+// recorded. No gateway lock may be held.
+func (r *Request) awaitServed() {
+	r.serving.Lock()
+	//lint:ignore SA2001 a wait for the serving receiver, not a critical section
+	r.serving.Unlock()
+	// A handler deferred by Observe that has not started yet checks that
+	// r is still pending (Valid) first: it does nothing for a call whose
+	// restart is being served.
+	r.observing.Lock()
+	//lint:ignore SA2001 a wait for the deferred handler, not a critical section
+	r.observing.Unlock()
+	r.settle()
 }
 
 // send does the SEND ioctl and records its outcome.
@@ -215,13 +312,13 @@ func (r *Request) claimCommit() (pre uint64, raced, ok bool) {
 		r.answering.Unlock()
 		return 0, false, false
 	}
-	pre = r.g.seqNow.Load()
-	raced = r.Task.proc.mayBeSignalled(r.recvSeq)
+	pre, raced = r.fateWindow()
 	return pre, raced, true
 }
 
 // taken reports whether the answer just sent, claimed when pre events
 // were applied, was taken by the task.
+
 func (r *Request) taken(pre uint64, raced bool) bool {
 	if !raced {
 		r.g.syncEventsLocked()

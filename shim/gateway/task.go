@@ -65,14 +65,22 @@ type Task struct {
 	// interrupted call, until the thread's next notification, which may
 	// be its restart.
 	intr *interruption
+	// resend is the answer of the thread's last call, which did not take
+	// it, until the report of that call's interruption is applied
+	// (Request.keepForRestart). Guarded like intr.
+	resend *pendingAnswer
 	// outer is an interruption whose restart is still to come while the
 	// handler that ran makes calls of its own (Task.pendingRestartLocked).
 	// Guarded like intr.
 	outer *interruption
-	// sigSeq and sigRegs: the event sequence number of the last signal
-	// the thread took, and its registers then (Request.await).
-	sigSeq  uint64
-	sigRegs tasktrace.Regs
+	// sigSeq and sigRegs: the event sequence number of the first signal
+	// the thread took after event sigFrom (the last answer whose fate
+	// await may have to learn was sent after it), and its registers then.
+	// The first: a discarded answer is reported by the first signal the
+	// thread takes after the SEND (it was in the kernel until then), and
+	// a busy signaller's later ones show the handler's registers.
+	sigFrom, sigSeq uint64
+	sigRegs         tasktrace.Regs
 	// lastLs and lastID name the thread's newest notification the
 	// gateway took up (bound, or found its own interruption): a listener's
 	// receivers can dispatch an older notification of the thread after a
@@ -99,7 +107,7 @@ func (t *Task) callOverLocked() canceler {
 		return nil
 	}
 	if t.intr == nil {
-		t.intr = &interruption{call: c, slept: c.wait != nil}
+		t.intr = &interruption{call: c, origin: c, slept: c.wait != nil}
 	}
 	return c.wait
 }
@@ -356,7 +364,8 @@ func (g *Gateway) insertLocked(nt *Task, ls *listener, id uint64) (canceler, err
 				return nil, ErrTaskGone
 			}
 			cancel = old.callOverLocked()
-			nt.intr, nt.outer, nt.sigSeq, nt.sigRegs = old.intr, old.outer, old.sigSeq, old.sigRegs
+			nt.intr, nt.outer = old.intr, old.outer
+			nt.sigFrom, nt.sigSeq, nt.sigRegs = old.sigFrom, old.sigSeq, old.sigRegs
 			nt.lastLs, nt.lastID = old.lastLs, old.lastID
 			old.intr, old.outer = nil, nil
 			old.dead.Store(true)
