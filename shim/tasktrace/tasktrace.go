@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -112,6 +113,16 @@ type Tracer struct {
 	ring                  *ring
 	lostMem               []byte // lost's mapped value
 	info                  LoadInfo
+
+	// closeMu is held for reading while the ring or lostMem is read, and
+	// for writing by Close, which unmaps them: a late reader (a deferred
+	// answer of a gateway being shut down) finds nothing instead of a
+	// fault.
+	closeMu sync.RWMutex
+	// closed is set by Close; lostAtClose is Lost's last value. Guarded by
+	// closeMu.
+	closed      bool
+	lostAtClose uint64
 }
 
 // ringSize is the ring's data size: 1 MiB holds ~5,000 records, several
@@ -257,8 +268,18 @@ func newTracer(f *kernelFacts) (*Tracer, error) {
 	return t, nil
 }
 
-// Close detaches the programs and frees the maps.
+// Close detaches the programs and frees the maps. Pending, Lost and
+// Drain may still be called: they find nothing new.
 func (t *Tracer) Close() {
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	if t.lostMem != nil {
+		t.lostAtClose = t.lostLocked()
+	}
 	for _, l := range t.links {
 		l.Close()
 	}
@@ -298,12 +319,26 @@ func (t *Tracer) Unwatch(ino uint64) error {
 
 // Pending reports whether events are waiting to be drained: two atomic
 // loads, no system call.
-func (t *Tracer) Pending() bool { return t.ring.pending() }
+func (t *Tracer) Pending() bool {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	return !t.closed && t.ring.pending()
+}
 
 // Lost returns how many events the kernel could not record because the
 // ring was full, since the Tracer was made. Anything reported may have
 // been missed when it grows.
 func (t *Tracer) Lost() uint64 {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return t.lostAtClose
+	}
+	return t.lostLocked()
+}
+
+// lostLocked reads the kernel's count of lost events; closeMu is held.
+func (t *Tracer) lostLocked() uint64 {
 	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.lostMem[0])))
 }
 
@@ -315,6 +350,11 @@ func (t *Tracer) Lost() uint64 {
 // for: programs do not sleep. Drain must not run concurrently with itself
 // or Wait.
 func (t *Tracer) Drain(f func(*Event)) int {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return 0
+	}
 	n := 0
 	var ev Event
 	for {

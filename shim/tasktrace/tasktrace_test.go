@@ -186,3 +186,40 @@ func TestUnwatchedIsSilent(t *testing.T) {
 		t.Errorf("%d events from an unwatched namespace", n)
 	}
 }
+
+// TestUseAfterClose reads a closed Tracer, as a gateway's late answer
+// does when the gateway is shut down under it (a SIGSEGV in the ring's
+// unmapped pages before): nothing is pending, nothing drained, and Lost
+// keeps its last value. Readers racing with Close must not fault either.
+func TestUseAfterClose(t *testing.T) {
+	tr := newTracer(t)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tr.Pending()
+			tr.Lost()
+			tr.Drain(func(*tasktrace.Event) {})
+		}
+	}()
+	lost := tr.Lost()
+	tr.Close()
+	close(stop)
+	<-done
+	if tr.Pending() {
+		t.Error("Pending after Close")
+	}
+	if n := tr.Drain(func(*tasktrace.Event) { t.Error("event after Close") }); n != 0 {
+		t.Errorf("Drain after Close: %d", n)
+	}
+	if got := tr.Lost(); got < lost {
+		t.Errorf("Lost after Close: %d, before %d", got, lost)
+	}
+	tr.Close() // a second Close does nothing
+}
