@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 )
 
 // TestDebianWorkloads runs real System V IPC users in a Debian rootfs
@@ -28,11 +29,13 @@ func TestDebianWorkloads(t *testing.T) {
 	// ("msgctl MSG_INFO failed, errno=4", about 1 run in 30 on a loaded
 	// machine): the inexactness shim/gateway/doc.go states, which runc
 	// 1.1.5 cannot avoid (it cannot set
-	// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV). -t only guards a hang,
-	// and must stay below e.exec's 60 s for the whole script.
+	// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV). -t only guards a hang: on
+	// a loaded machine (load 17) the 20,000 msg operations took 27 s
+	// under the shim, and -t 25 stopped them short (a failure of this
+	// test, not of the shim). The script has 6 minutes.
 	script := `
-stress-ng --sem-sysv 2 --sem-sysv-ops 10000 --verify -t 25 --metrics-brief 2>&1 | grep -E "sem-sysv +[0-9]|successful|fail|error" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] //'
-stress-ng --msg 2 --msg-ops 20000 --verify -t 25 --metrics-brief 2>&1 | grep -E "msg +[0-9]|successful|fail|error|Function not implemented" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] //'
+stress-ng --sem-sysv 2 --sem-sysv-ops 10000 --verify -t 150 --metrics-brief 2>&1 | grep -E "sem-sysv +[0-9]|successful|fail|error" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] //'
+stress-ng --msg 2 --msg-ops 20000 --verify -t 150 --metrics-brief 2>&1 | grep -E "msg +[0-9]|successful|fail|error|Function not implemented" | sed 's/^stress-ng: [a-z]*: *\[[0-9]*\] //'
 perl /t/sysv.pl; python3 /t/sysv.py; sh /t/apache.sh keep`
 	res := map[string]string{}
 	for _, rt := range []string{runtimeRunc, runtimeIPC} {
@@ -41,7 +44,7 @@ perl /t/sysv.pl; python3 /t/sysv.py; sh /t/apache.sh keep`
 				extra: []string{"--mount", "type=bind,src=" + td + ",dst=/t,options=rbind:ro"}}
 			id := uniq(t, "deb")
 			pid := e.start(t, id, o)
-			out := e.exec(t, id, script)
+			out := e.execFor(t, id, script, 6*time.Minute)
 			// apache is still running: its accept mutex is a SysV set,
 			// in the kernel under runc's shim, in the engine under ours.
 			ks := e.kernelSets(t, pid)

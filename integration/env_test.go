@@ -321,11 +321,20 @@ var execSeq int
 // output (ctrLogged).
 func (e *env) exec(t *testing.T, id, script string) string {
 	t.Helper()
+	return e.execFor(t, id, script, 60*time.Second)
+}
+
+// execFor is exec for a script that may take up to timeout.
+func (e *env) execFor(t *testing.T, id, script string, timeout time.Duration) string {
+	t.Helper()
 	execSeq++
 	xid := fmt.Sprintf("x%d", execSeq)
-	return e.ctrLogged(t, []string{"task", "exec"}, []string{"--exec-id", xid, id, "/bin/sh", "-c", script}, func() {
-		e.execDeleted(t, id, xid)
-	})
+	args := []string{"--exec-id", xid, id, "/bin/sh", "-c", script}
+	out, err := e.ctrLoggedErr(t, timeout, []string{"task", "exec"}, args, func() { e.execDeleted(t, id, xid) })
+	if err != nil {
+		t.Fatalf("ctr task exec %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
 }
 
 // execDeleted makes sure exec xid of container id is deleted, so that the
