@@ -19,7 +19,9 @@ import (
 // actMu, then evMu; actMu, then engine locks; engine locks, then evMu.
 
 // interruption records a trapped call of a thread that the kernel
-// interrupted: the thread's next notification may be its restart.
+// interrupted: the thread's next notification may be its restart. Its
+// fields are guarded by evMu once it is published (Task.intr or intrs):
+// reports keep updating it until the thread's next call takes it.
 type interruption struct {
 	// nr, ip and the argument registers of the interrupted call, as the
 	// thread's registers held them.

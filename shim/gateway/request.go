@@ -142,6 +142,10 @@ func (r *Request) deliver(a answer) bool {
 // be applied before or after this.
 func (r *Request) keepForRestart(a answer) {
 	t := r.Task
+	// evMu: the kernel's reports update an interruption (its resend too,
+	// when one ends a restart before the gateway read it: events.go).
+	r.g.evMu.Lock()
+	defer r.g.evMu.Unlock()
 	t.mu.Lock()
 	if in := t.intr; in != nil && (in.call == r || in.call == nil && in.matches(r)) {
 		// Reported already: r's interruption, or that of r's restart,
