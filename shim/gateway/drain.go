@@ -29,10 +29,17 @@ const drainLimit = 200 * time.Millisecond
 // namespace before r was received has been received and dispatched, and
 // every sleeper of the namespace whose notification is gone has left its
 // queue (see above). f runs on its own goroutine.
+//
+// If r's notification vanishes first (a signal interrupted the thread),
+// f does not run: natively the call never ran, and its restart, if any,
+// is served as a new call. The wait ends there, so a thread whose calls
+// keep being interrupted leaves no goroutines waiting behind it.
 func (r *Request) Observe(f func()) {
 	g := r.g
 	go func() {
-		g.Quiesce(r.Task.IPCNS)
+		if !g.quiesce(r.Task.IPCNS, r.vanished) {
+			return
+		}
 		r.observing.Lock()
 		defer r.observing.Unlock()
 		f()
@@ -44,9 +51,13 @@ func (r *Request) Observe(f func()) {
 // reports, and takes off their queues the sleepers whose notification is
 // gone: after it, the engines show the namespace's sleepers as the
 // kernel's queues would. For host-side queries too.
-func (g *Gateway) Quiesce(ino uint64) {
+func (g *Gateway) Quiesce(ino uint64) { g.quiesce(ino, nil) }
+
+// quiesce is Quiesce, given up (reporting false) as soon as abandon, if
+// not nil, reports true.
+func (g *Gateway) quiesce(ino uint64, abandon func() bool) bool {
 	if !g.ready() {
-		return // nothing was served yet
+		return true // nothing was served yet
 	}
 	deadline := time.Now().Add(drainLimit)
 	g.tmu.Lock()
@@ -56,12 +67,34 @@ func (g *Gateway) Quiesce(ino uint64) {
 	}
 	g.tmu.Unlock()
 	for _, ls := range lss {
-		if !ls.drain(deadline) {
-			g.logf("gateway: a listener of IPC namespace %d still had calls pending after %v", ino, drainLimit)
+		switch ls.drain(deadline, abandon) {
+		case drainAbandoned:
+			return false
+		case drainLate:
+			g.lateDrain(ino)
 		}
 	}
 	g.syncEvents()
 	g.sweep(ino, false)
+	return true
+}
+
+// vanished reports whether r's notification is gone: the thread no
+// longer waits for this call's answer.
+func (r *Request) vanished() bool { return r.Valid() != nil }
+
+// lateDrain logs a drain that passed drainLimit, at most once a second
+// with the count so far: a container whose threads keep trapping calls
+// (a storm of interrupted calls) can make every drain late, and must not
+// flood the shim's log with them.
+func (g *Gateway) lateDrain(ino uint64) {
+	n := g.lateDrains.Add(1)
+	now := time.Now().UnixNano()
+	last := g.lateLogged.Load()
+	if now-last < int64(time.Second) || !g.lateLogged.CompareAndSwap(last, now) {
+		return
+	}
+	g.logf("gateway: a listener of IPC namespace %d still had calls pending after %v (%d late drains so far)", ino, drainLimit, n)
 }
 
 // Frozen tells the gateway that tasks it serves were frozen (a container
@@ -76,20 +109,39 @@ func (g *Gateway) Frozen() {
 	g.sweep(0, true)
 }
 
+// How a drain ended.
+const (
+	drainDone      = iota // nothing pending
+	drainLate             // the deadline passed first
+	drainAbandoned        // abandon reported true first
+)
+
+// Polling intervals of a drain: a receiver between its read and its
+// dispatch takes µs; a wait longer than that polls less often, so that
+// waiting drains cost little CPU.
+const (
+	drainPollMin = 20 * time.Microsecond
+	drainPollMax = time.Millisecond
+)
+
 // drain waits until nothing is pending on ls that was trapped before the
 // call: no notification waits to be read (POLLIN), and every one read has
 // been dispatched. A notification the receiver has just read but not yet
 // counted is found with ID_VALID on the ids that follow the last one it
-// counted. It reports false if the deadline passed first.
-func (ls *listener) drain(deadline time.Time) bool {
-	for {
+// counted. It gives up at the deadline, or when abandon (if not nil)
+// reports true.
+func (ls *listener) drain(deadline time.Time, abandon func() bool) int {
+	for pause := drainPollMin; ; pause = min(2*pause, drainPollMax) {
 		if !ls.pendingRead() && !ls.inFlight() {
-			return true
+			return drainDone
+		}
+		if abandon != nil && abandon() {
+			return drainAbandoned
 		}
 		if time.Now().After(deadline) {
-			return false
+			return drainLate
 		}
-		time.Sleep(20 * time.Microsecond)
+		time.Sleep(pause)
 	}
 }
 

@@ -141,6 +141,9 @@ type Gateway struct {
 	actions  []func()              // queued by events, run by syncEvents
 	intrs    map[int]*interruption // interruptions of threads not (yet) known, by tid
 	lostSeen uint64
+	// lateDrains counts Quiesce's drains that passed drainLimit;
+	// lateLogged is when one was last logged (drain.go).
+	lateDrains, lateLogged atomic.Int64
 	drained  chan struct{} // closed and replaced after each drain that applied events
 	// seqNow is seq, for readers without evMu; queued counts the
 	// actions queued and not yet run to completion.
