@@ -49,8 +49,21 @@ step() {
 
 fmt_t() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
+# excerpt NAME: what a failed step's log says went wrong, so that the tail
+# of the output (all a CI page may keep) names it: the failing tests and
+# packages, panics, and the first data race report in full.
+excerpt() {
+  local log="$LOGDIR/test-$1.log"
+  echo "== make test: $1: what failed (from $log)"
+  grep -E '^(--- FAIL|FAIL|panic:|fatal error:|\s+--- FAIL)' "$log" | head -n 40 | sed 's/^/  /'
+  awk '/^WARNING: DATA RACE/ {on=1} on {print "  " $0; n++} on && /^==================/ && n > 1 {exit} n >= 120 {exit}' "$log"
+}
+
 summary() {
   local i slow=0
+  for i in "${!names[@]}"; do
+    [ "${results[$i]}" = FAIL ] && excerpt "${names[$i]}"
+  done
   echo "== make test: summary"
   for i in "${!names[@]}"; do
     printf '  %-4s  %-13s %8s\n' "${results[$i]}" "${names[$i]}" "$(fmt_t "${times[$i]}")"
