@@ -118,3 +118,10 @@ func SetPublishHook(f func(tid int)) func() {
 
 // HasTask reports whether the gateway holds a Task for thread tid.
 func (g *Gateway) HasTask(tid int) bool { return g.lookup(tid) != nil }
+
+// SetAnswerHook makes f run when an answer is about to be sent, before
+// the way it goes is chosen; the returned func removes it.
+func SetAnswerHook(f func(r *Request)) func() {
+	answerHook.Store(&f)
+	return func() { answerHook.Store(nil) }
+}

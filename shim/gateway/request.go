@@ -117,6 +117,7 @@ func (r *Request) Reply(val int64, err error) bool {
 // created). It must run before finish: the kernel's report of the
 // interruption is bound to the call while it is the Task's.
 func (r *Request) deliver(a answer) bool {
+	r.g.beforeAnswer(r)
 	pre, raced := r.fateWindow()
 	if raced && a == (answer{}) {
 		if ok, done := r.confirm(); done {
@@ -290,6 +291,7 @@ func (r *Request) commit(val int64) bool {
 		return false
 	}
 	defer r.answering.Unlock()
+	r.g.beforeAnswer(r)
 	if raced && val == 0 {
 		if ok, done := r.confirm(); done {
 			return ok
@@ -483,6 +485,7 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 		return false
 	}
 	defer r.answering.Unlock()
+	r.g.beforeAnswer(r)
 	var saved []byte
 	if raced {
 		saved = make([]byte, n)
@@ -508,6 +511,18 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	}
 	restore()
 	return false
+}
+
+// answerHook, if set, runs when an answer is about to be sent, before
+// the way it goes is chosen (deliver, commit, commitWrite; under the
+// engine's lock for a commit): tests use it to hold answers while a
+// freeze is being made, as a busy machine can.
+var answerHook atomic.Pointer[func(*Request)]
+
+func (g *Gateway) beforeAnswer(r *Request) {
+	if h := answerHook.Load(); h != nil {
+		(*h)(r)
+	}
 }
 
 // signalDeliverable reports whether thread tid has a signal pending that

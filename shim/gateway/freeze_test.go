@@ -1,0 +1,284 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+)
+
+// freezerRoot is the cgroup v1 freezer hierarchy the tests make their
+// cgroups in.
+const freezerRoot = "/sys/fs/cgroup/freezer"
+
+// freezeCgroup makes a freezer cgroup of its own for the test and removes
+// it at the end (its processes have exited by then).
+func freezeCgroup(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(freezerRoot, "freezer.state")); err != nil {
+		if _, err := os.Stat(filepath.Join(freezerRoot, "cgroup.procs")); err != nil {
+			t.Skipf("no cgroup v1 freezer hierarchy at %s", freezerRoot)
+		}
+	}
+	dir := filepath.Join(freezerRoot, fmt.Sprintf("gateway-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("make a freezer cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		// Never leave it frozen: its processes could not exit.
+		_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
+		for i := 0; ; i++ {
+			err := os.Remove(dir)
+			if err == nil || os.IsNotExist(err) {
+				return
+			}
+			if i == 500 {
+				t.Errorf("remove %s: %v", dir, err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // waits for exited processes to leave it
+		}
+	})
+	return dir
+}
+
+// freezer is the cgroup a test freezes and thaws, and the gateway that
+// serves its processes.
+type freezer struct {
+	t   *testing.T
+	dir string
+	g   *gateway.Gateway
+	// freezing is the gateway's hook called before a freeze, if it has
+	// one; it returns the end of the freeze's fence.
+	freezing func() func()
+	// held, while a freeze is being made, is closed once freezer.state
+	// reads FROZEN: the answers the gateway is about to send wait for it.
+	held atomic.Pointer[chan struct{}]
+}
+
+// newFreezer returns the freezer of cgroup dir for gateway g. Until the
+// test ends, an answer g is about to send while a freeze is being made
+// waits until the freeze is done (gateway.SetAnswerHook), as on a busy
+// machine where the answering thread is preempted: on an idle one, the
+// task the freezer wakes waits for a CPU that the answering thread leaves
+// only once its answer was sent, and a freeze seldom meets an answer.
+func newFreezer(t *testing.T, g *gateway.Gateway, dir string) *freezer {
+	f := &freezer{t: t, dir: dir, g: g}
+	if h, ok := any(g).(interface{ Freezing() func() }); ok {
+		f.freezing = h.Freezing
+	}
+	t.Cleanup(gateway.SetAnswerHook(func(*gateway.Request) {
+		if c := f.held.Load(); c != nil {
+			<-*c
+		}
+	}))
+	return f
+}
+
+// state reads freezer.state.
+func (f *freezer) state() string {
+	b, err := os.ReadFile(filepath.Join(f.dir, "freezer.state"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// set writes want to freezer.state and waits until it reads want: FROZEN
+// once every process of the cgroup is frozen. Like runc, a freeze that
+// does not complete is asked again.
+func (f *freezer) set(want string) {
+	path := filepath.Join(f.dir, "freezer.state")
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		if i%100 == 0 {
+			if err := os.WriteFile(path, []byte(want), 0); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+		if f.state() == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: still %s after 30s", path, f.state())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// pause freezes the cgroup and calls the gateway's hooks as the shim's
+// Pause does (shim/task/service.go): the fence before the freeze, Frozen
+// once frozen, and the fence's end.
+func (f *freezer) pause() {
+	var end func()
+	if f.freezing != nil {
+		end = f.freezing()
+	}
+	held := make(chan struct{})
+	f.held.Store(&held)
+	release := func() {
+		if f.held.CompareAndSwap(&held, nil) {
+			close(held)
+		}
+	}
+	defer release() // if set fails the test
+	f.set("FROZEN")
+	release()
+	f.g.Frozen()
+	if end != nil {
+		end()
+	}
+}
+
+// resume thaws the cgroup, as the shim's Resume does.
+func (f *freezer) resume() { f.set("THAWED") }
+
+// progressFile is the file the child counts its progress in (offset 0)
+// and that the test stops it through (offset 8): testdata/freezer.c.
+type progressFile struct{ f *os.File }
+
+func newProgressFile(t *testing.T) *progressFile {
+	f, err := os.Create(filepath.Join(t.TempDir(), "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := f.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	return &progressFile{f}
+}
+
+func (p *progressFile) progress() int64 {
+	var b [8]byte
+	if _, err := p.f.ReadAt(b[:], 0); err != nil {
+		return 0
+	}
+	return int64(binary.NativeEndian.Uint64(b[:]))
+}
+
+func (p *progressFile) stop() {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], 1)
+	_, _ = p.f.WriteAt(b[:], 8)
+}
+
+// runFrozen runs testdata/freezer.c in mode under a gateway, in a freezer
+// cgroup of its own that it freezes and thaws cycles times while the
+// program works, with the program's progress between each freeze, then
+// stops it and returns its output.
+func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int) ([]byte, *gateway.Gateway) {
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	bin := buildC(t, "testdata/freezer.c")
+	dir := freezeCgroup(t)
+	pf := newProgressFile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	g, addr, served := startGateway(ctx, t, h, nil)
+	cmd := harness.Command(addr, bin, dir, pf.f.Name(), mode)
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	f := newFreezer(t, g, dir)
+	// Work between freezes: the program made calls since the last thaw.
+	waitProgress := func(since int64) bool {
+		for pf.progress() < since+20 {
+			select {
+			case err := <-done:
+				done <- err
+				return false
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+		return true
+	}
+	start := time.Now()
+	n := 0
+	for ; n < cycles; n++ {
+		if !waitProgress(pf.progress()) {
+			break
+		}
+		f.pause()
+		f.resume()
+	}
+	t.Logf("%s: %d freezes in %v, %d calls counted", mode, n, time.Since(start).Round(time.Millisecond), pf.progress())
+	pf.stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			logStats(t, g)
+			t.Fatalf("freezer %s: %v\n%s", mode, err, out.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("freezer %s did not end\n%s", mode, out.String())
+	}
+	if n < cycles {
+		t.Errorf("the program ended after %d freezes of %d", n, cycles)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Serve did not end after the child exited")
+	}
+	logStats(t, g)
+	return []byte(out.String()), g
+}
+
+// TestFreezeConservation freezes and thaws (cgroup v1 freezer, with the
+// gateway's hooks called as the shim's Pause calls them) a program whose
+// processes move units between semaphores (semop -1 then +1, sleeping
+// when a semaphore is empty) and pass numbered messages through a small
+// queue (senders and receivers sleep), and checks at the end that no
+// unit was lost or made and that every message sent was received exactly
+// once. The freezer wakes a task asleep in the trap with no signal: an
+// answer the gateway sends as it does so can be discarded by the kernel,
+// and the call restarts as a new one (a unit taken twice, a message
+// lost), unless the answer waits for the freeze to be known.
+func TestFreezeConservation(t *testing.T) {
+	cycles := 300
+	if testing.Short() {
+		cycles = 100
+	}
+	h := harness.NewEnginesByInode()
+	out, _ := runFrozen(t, h, "conserve", cycles)
+	t.Logf("%s", strings.TrimSpace(string(out)))
+	var total, want, sent, received, lost, dup int
+	var hung string
+	for _, l := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(l, "sem:"):
+			fmt.Sscanf(l, "sem: total %d (want %d)", &total, &want)
+		case strings.HasPrefix(l, "msg:"):
+			fmt.Sscanf(l, "msg: sent %d, received %d, lost %d, duplicated %d", &sent, &received, &lost, &dup)
+			if strings.Contains(l, "hung") {
+				hung = " (consumers hung)"
+			}
+		}
+	}
+	if want == 0 || sent == 0 {
+		t.Fatalf("no result in %q", out)
+	}
+	if total != want {
+		t.Errorf("semaphores hold %d units, want %d", total, want)
+	}
+	if lost != 0 || dup != 0 || received != sent || hung != "" {
+		t.Errorf("messages: sent %d, received %d, lost %d, duplicated %d%s", sent, received, lost, dup, hung)
+	}
+}
