@@ -207,6 +207,14 @@ func (g *Gateway) delivered(ev *tasktrace.Event) {
 				// still that call.
 				in.origin, in.resend = prev.origin, prev.resend
 			}
+			if prev != nil && !prev.evented && prev.call != nil && prev.call.matchesRegs(&ev.Regs) {
+				// prev was judged gone with no report (a freeze, a
+				// stop begun by another thread: callOverLocked, sweep)
+				// and this is its report, or that of its restart,
+				// interrupted before the gateway read it: still that
+				// call, and the answer kept for it.
+				in.call, in.slept, in.origin, in.resend = prev.call, prev.slept, prev.origin, prev.resend
+			}
 			if t != nil {
 				t.mu.Lock()
 				if c := t.call; c != nil && c.matchesRegs(&ev.Regs) {

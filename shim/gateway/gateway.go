@@ -738,8 +738,17 @@ func (g *Gateway) restart(r *Request) bool {
 	}
 	taken = t.pendingRestartLocked(taken, r)
 	t.intr = nil
-	// An answer kept for a restart whose interruption was never
-	// reported (the thread died, or took no signal) is not r's.
+	if p := t.resend; p != nil && taken == nil {
+		// An answer the thread's last call did not take, whose
+		// interruption was never reported: the notification went with
+		// no signal taken by the thread (a freeze, a stop begun by
+		// another thread), and the kernel restarts the call: r, if it
+		// matches (a thread makes no call in between). Before, such an
+		// answer was dropped and the call run again (TestFreezeReplies).
+		if in := (&interruption{call: p.call, origin: p.call, resend: &p.a}); in.matches(r) {
+			taken = in
+		}
+	}
 	t.resend = nil
 	t.call = r
 	t.mu.Unlock()
