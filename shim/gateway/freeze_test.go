@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +35,16 @@ func freezeCgroup(t *testing.T) string {
 		t.Skipf("make a freezer cgroup: %v", err)
 	}
 	t.Cleanup(func() {
-		// Never leave it frozen: its processes could not exit.
+		// Never leave it frozen: its processes could not exit. Those
+		// of a test that failed early are the test's own: killed.
 		_ = os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
 		for i := 0; ; i++ {
 			err := os.Remove(dir)
 			if err == nil || os.IsNotExist(err) {
@@ -194,9 +204,19 @@ func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	f := newFreezer(t, g, dir)
+	n := 0
 	// Work between freezes: the program made calls since the last thaw.
+	// A program that stops making calls is stuck (a lost unit or
+	// message, a call never answered): no timing is asserted, but a
+	// stuck run fails with the program's state rather than the binary's
+	// timeout.
 	waitProgress := func(since int64) bool {
+		deadline := time.Now().Add(2 * time.Minute)
 		for pf.progress() < since+20 {
+			if time.Now().After(deadline) {
+				logStats(t, g)
+				t.Fatalf("%s: no progress for 2 minutes after %d freezes", mode, n)
+			}
 			select {
 			case err := <-done:
 				done <- err
@@ -207,7 +227,6 @@ func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int)
 		return true
 	}
 	start := time.Now()
-	n := 0
 	for ; n < cycles; n++ {
 		if !waitProgress(pf.progress()) {
 			break
@@ -223,8 +242,11 @@ func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int)
 			logStats(t, g)
 			t.Fatalf("freezer %s: %v\n%s", mode, err, out.String())
 		}
-	case <-ctx.Done():
-		t.Fatalf("freezer %s did not end\n%s", mode, out.String())
+	case <-time.After(3 * time.Minute):
+		// Stuck (a call never answered, a unit or message lost): the
+		// cleanup kills what is left in the cgroup.
+		logStats(t, g)
+		t.Fatalf("freezer %s did not end 3 minutes after it was stopped\n%s", mode, out.String())
 	}
 	if n < cycles {
 		t.Errorf("the program ended after %d freezes of %d", n, cycles)
