@@ -144,7 +144,7 @@ type Gateway struct {
 	// lateDrains counts Quiesce's drains that passed drainLimit;
 	// lateLogged is when one was last logged (drain.go).
 	lateDrains, lateLogged atomic.Int64
-	drained  chan struct{} // closed and replaced after each drain that applied events
+	drained                chan struct{} // closed and replaced after each drain that applied events
 	// seqNow is seq, for readers without evMu; queued counts the
 	// actions queued and not yet run to completion.
 	seqNow atomic.Uint64
