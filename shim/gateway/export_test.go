@@ -125,3 +125,7 @@ func SetAnswerHook(f func(r *Request)) func() {
 	answerHook.Store(&f)
 	return func() { answerHook.Store(nil) }
 }
+
+// SendRefused reports whether the kernel refused an answer to r because
+// its notification was gone.
+func (r *Request) SendRefused() bool { return r.gone.Load() }

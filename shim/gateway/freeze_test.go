@@ -72,6 +72,12 @@ type freezer struct {
 	// held, while a freeze is being made, is closed once freezer.state
 	// reads FROZEN: the answers the gateway is about to send wait for it.
 	held atomic.Pointer[chan struct{}]
+	// race, while a racing freeze is being made (freeze_window_test.go),
+	// times the answers the gateway is about to send against the write
+	// that begins the freeze.
+	race atomic.Pointer[raceState]
+	// stateFile is freezer.state kept open (stateFd).
+	stateFile *os.File
 }
 
 // newFreezer returns the freezer of cgroup dir for gateway g. Until the
@@ -85,7 +91,11 @@ func newFreezer(t *testing.T, g *gateway.Gateway, dir string) *freezer {
 	if h, ok := any(g).(interface{ Freezing() func() }); ok {
 		f.freezing = h.Freezing
 	}
-	t.Cleanup(gateway.SetAnswerHook(func(*gateway.Request) {
+	t.Cleanup(gateway.SetAnswerHook(func(r *gateway.Request) {
+		if rs := f.race.Load(); rs != nil {
+			rs.hold(r)
+			return
+		}
 		if c := f.held.Load(); c != nil {
 			<-*c
 		}
@@ -105,11 +115,16 @@ func (f *freezer) state() string {
 // set writes want to freezer.state and waits until it reads want: FROZEN
 // once every process of the cgroup is frozen. Like runc, a freeze that
 // does not complete is asked again.
-func (f *freezer) set(want string) {
+func (f *freezer) set(want string) { f.await(want, 0) }
+
+// await waits until freezer.state reads want, writing want to it first
+// and again every 100 reads from the first'th on (runc asks a freeze that
+// does not complete again).
+func (f *freezer) await(want string, first int) {
 	path := filepath.Join(f.dir, "freezer.state")
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
-		if i%100 == 0 {
+		if i >= first && i%100 == 0 {
 			if err := os.WriteFile(path, []byte(want), 0); err != nil {
 				f.t.Fatal(err)
 			}
@@ -186,6 +201,12 @@ func (p *progressFile) stop() {
 // program works, with the program's progress between each freeze, then
 // stops it and returns its output.
 func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int) ([]byte, *gateway.Gateway) {
+	return runFrozenWith(t, h, mode, cycles, nil)
+}
+
+// runFrozenWith is runFrozen with each freeze made by pause, if not nil,
+// instead of freezer.pause.
+func runFrozenWith(t *testing.T, h *harness.EnginesByInode, mode string, cycles int, pause func(*freezer)) ([]byte, *gateway.Gateway) {
 	if why := harness.Supported(); why != "" {
 		t.Skip(why)
 	}
@@ -231,7 +252,11 @@ func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int)
 		if !waitProgress(pf.progress()) {
 			break
 		}
-		f.pause()
+		if pause != nil {
+			pause(f)
+		} else {
+			f.pause()
+		}
 		f.resume()
 	}
 	t.Logf("%s: %d freezes in %v, %d calls counted", mode, n, time.Since(start).Round(time.Millisecond), pf.progress())
@@ -280,6 +305,13 @@ func TestFreezeConservation(t *testing.T) {
 	}
 	h := harness.NewEnginesByInode()
 	out, _ := runFrozen(t, h, "conserve", cycles)
+	checkConserved(t, out)
+}
+
+// checkConserved checks the output of testdata/freezer.c's conserve mode:
+// every unit still there, every message received exactly once.
+func checkConserved(t *testing.T, out []byte) {
+	t.Helper()
 	t.Logf("%s", strings.TrimSpace(string(out)))
 	var total, want, sent, received, lost, dup int
 	var hung string
