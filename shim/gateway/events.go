@@ -209,10 +209,10 @@ func (g *Gateway) delivered(ev *tasktrace.Event) {
 			}
 			if prev != nil && !prev.evented && prev.call != nil && prev.call.matchesRegs(&ev.Regs) {
 				// prev was judged gone with no report (a freeze, a
-				// stop begun by another thread: callOverLocked, sweep)
-				// and this is its report, or that of its restart,
-				// interrupted before the gateway read it: still that
-				// call, and the answer kept for it.
+				// stop begun by another thread: callOverLocked, sweep,
+				// keepGone) and this is its report, or that of its
+				// restart, interrupted before the gateway read it:
+				// still that call, and the answer kept for it.
 				in.call, in.slept, in.origin, in.resend = prev.call, prev.slept, prev.origin, prev.resend
 			}
 			if t != nil {

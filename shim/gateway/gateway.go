@@ -67,8 +67,13 @@ type Stats struct {
 	// EventsLost is the number of kernel events lost to a full ring.
 	EventsLost atomic.Int64
 	// Resent counts restarts answered with the answer the kernel
-	// discarded when it interrupted the call they restart.
+	// discarded when it interrupted the call they restart (or that was
+	// parked while a freeze was made).
 	Resent atomic.Int64
+	// Parked counts answers and commits that waited for a freeze's fence
+	// to end (freeze.go); ServedAgain the calls whose commit was refused
+	// then and that were served again at its end.
+	Parked, ServedAgain atomic.Int64
 	// Stale counts calls found gone before they were bound to their
 	// thread: a newer call of the thread was taken up first (by another
 	// receiver of the listener), or the thread exited.
@@ -149,6 +154,20 @@ type Gateway struct {
 	// actions queued and not yet run to completion.
 	seqNow atomic.Uint64
 	queued atomic.Int64
+
+	// fenceMu protects fences, and is held for reading across each
+	// plain SEND of an answer and each parking (sendUnfenced, keep,
+	// commitWrite): Freezing's write lock waits for the SENDs under way.
+	// fences counts the freezes being made (freeze.go); fencedNow is
+	// fences > 0, for readers without the lock.
+	fenceMu   sync.RWMutex
+	fences    int
+	fencedNow atomic.Bool
+	// parkMu protects parked, the calls that wait for the fences' end,
+	// among the holders of fenceMu's read lock (parkLocked); the fence's
+	// end takes the list under the write lock.
+	parkMu sync.Mutex
+	parked []*Request
 
 	wg  sync.WaitGroup
 	obs Observer // observe.go
@@ -737,6 +756,15 @@ func (g *Gateway) restart(r *Request) bool {
 		return true
 	}
 	taken = t.pendingRestartLocked(taken, r)
+	if taken != nil && taken.origin != nil {
+		// An answer parked while a freeze was made, which the call r
+		// restarts did not take (freeze.go): natively that call
+		// completed with it. Taken here or by unpark, under evMu and
+		// the Task's lock: by one of them.
+		if a := taken.origin.kept.Swap(nil); a != nil && taken.resend == nil {
+			taken.resend = a
+		}
+	}
 	t.intr = nil
 	if p := t.resend; p != nil && taken == nil {
 		// An answer the thread's last call did not take, whose

@@ -58,6 +58,14 @@ type Request struct {
 	// wait is the engine sleep the call is in, if any; guarded by
 	// Task.mu.
 	wait canceler
+	// kept is the call's answer, parked while a freeze was being made
+	// (freeze.go), and withheld says that the call's commit was refused
+	// then, to be served again. Set under the fence's read lock; taken
+	// (swapped out) by the fence's end (unpark) or by the thread's
+	// restart (Gateway.restart), under evMu and Task.mu when the
+	// notification is gone. A parked call stays its thread's call.
+	kept     atomic.Pointer[answer]
+	withheld atomic.Bool
 
 	obsStart int64 // observe.go
 }
@@ -116,23 +124,31 @@ func (r *Request) Reply(val int64, err error) bool {
 // running a second time (an IPC_RMID failing with EINVAL, a second set
 // created). It must run before finish: the kernel's report of the
 // interruption is bound to the call while it is the Task's.
+//
+// While a freeze is being made (Gateway.Freezing) no answer is a plain
+// SEND: 0 goes through ADDFD|SEND, any other answer is parked on the call
+// until the fence's end (freeze.go).
 func (r *Request) deliver(a answer) bool {
 	r.g.beforeAnswer(r)
 	pre, raced := r.fateWindow()
-	if raced && a == (answer{}) {
+	if (raced || r.g.fenced()) && a == (answer{}) {
 		if ok, done := r.confirm(); done {
 			if !ok {
-				r.keepForRestart(a)
+				r.keep(a)
 			}
 			return ok
 		}
 	}
-	if r.send(a.val, a.errno) && r.taken(pre, raced) {
+	sent, parked := r.sendUnfenced(a, false)
+	if parked {
+		return false
+	}
+	if sent && r.taken(pre, raced) {
 		return true
 	}
 	if r.gone.Load() {
 		// Refused (the task left before the SEND) or discarded.
-		r.keepForRestart(a)
+		r.keep(a)
 	}
 	return false
 }
@@ -235,11 +251,12 @@ func (r *Request) send(val int64, errno unix.Errno) bool {
 }
 
 // finish ends the call's presence in its Task: the thread's next
-// notification is a new call.
+// notification is a new call. A call parked while a freeze is being made
+// stays (freeze.go): its restart takes its answer.
 func (r *Request) finish() {
 	t := r.Task
 	t.mu.Lock()
-	if t.call == r {
+	if t.call == r && !r.parked() {
 		t.call = nil
 	}
 	t.mu.Unlock()
@@ -284,7 +301,9 @@ func (r *Request) matchesRegs(regs *tasktrace.Regs) bool {
 // anyone sees it. It is exact (doc.go, "Exact answers"): a plain SEND,
 // unless a signal may race with it; then a confirmed delivery
 // (SECCOMP_IOCTL_NOTIF_ADDFD with SEND), or, where the answer is not 0,
-// a SEND whose fate the kernel reports (await).
+// a SEND whose fate the kernel reports (await). While a freeze is being
+// made, 0 is confirmed, and an answer that cannot be is refused and the
+// call parked, to be served again at the fence's end (freeze.go).
 func (r *Request) commit(val int64) bool {
 	pre, raced, ok := r.claimCommit()
 	if !ok {
@@ -292,12 +311,13 @@ func (r *Request) commit(val int64) bool {
 	}
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
-	if raced && val == 0 {
+	if (raced || r.g.fenced()) && val == 0 {
 		if ok, done := r.confirm(); done {
 			return ok
 		}
 	}
-	if !r.send(val, 0) {
+	sent, parked := r.sendUnfenced(answer{val: val}, true)
+	if parked || !sent {
 		return false
 	}
 	return r.taken(pre, raced)
@@ -478,7 +498,10 @@ func (r *Request) ended(err error) {
 // by write). If the answer is not taken, the data written is put back as
 // it was where a signal could have raced (the old bytes are read first
 // only then). A write that faults is answered EFAULT and counts as taken,
-// as Linux consumes a message whose copy-out fails.
+// as Linux consumes a message whose copy-out fails. While a freeze is
+// being made nothing is written: the commit is refused (the message stays
+// where it was) and the call parked, to be served again at the fence's
+// end (freeze.go).
 func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
 	pre, raced, ok := r.claimCommit()
 	if !ok {
@@ -487,22 +510,34 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
 	var saved []byte
+	restore := func() {
+		if saved != nil {
+			_ = r.Task.WriteMem(addr, saved)
+		}
+	}
+	// The write and the SEND under the fence's read lock: a freeze is
+	// not begun between the check and the SEND (Gateway.Freezing).
+	g := r.g
+	g.fenceMu.RLock()
+	if g.fences > 0 {
+		r.parkLocked(answer{}, true)
+		g.fenceMu.RUnlock()
+		return false
+	}
 	if raced {
 		saved = make([]byte, n)
 		if r.Task.ReadMem(addr, saved) != nil {
 			saved = nil
 		}
 	}
-	restore := func() {
-		if saved != nil {
-			_ = r.Task.WriteMem(addr, saved)
-		}
-	}
 	if err := write(); err != nil {
 		r.send(0, unix.EFAULT)
+		g.fenceMu.RUnlock()
 		return true
 	}
-	if !r.send(val, 0) {
+	sent := r.send(val, 0)
+	g.fenceMu.RUnlock()
+	if !sent {
 		restore()
 		return false
 	}

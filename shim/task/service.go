@@ -362,13 +362,25 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	return s.TTRPCTaskService.Start(ctx, r)
 }
 
-// Pause freezes a container (runc pause) and then has the gateway take
-// its sleepers off their queues: the freezer ends their trapped calls
-// without a signal the gateway could see, and natively a frozen sleeper
-// is not counted (GETNCNT, /proc/sysvipc). Resumed, they call again. A
+// Pause freezes a container (runc pause) behind the gateway's fence and
+// then has the gateway take its sleepers off their queues.
+//
+// The freezer ends the trapped calls of the tasks it freezes without a
+// signal the gateway could see: an answer sent to one as it is frozen
+// can be lost, and the call restarts when thawed. So the gateway is told
+// first (Gateway.Freezing): until the freeze is done (or failed) no
+// answer goes out as a plain SEND (gateway/freeze.go). Once frozen, no
+// task of the container has a call in the trap, and answers to the
+// others need no fence: it ends when Pause returns, and Resume needs no
+// hook (a thawed task's restart gets the answer kept for it).
+//
+// Natively a frozen sleeper is not counted (GETNCNT, /proc/sysvipc):
+// Frozen takes them off their queues. Resumed, they call again. A
 // ballast helper frozen with the container (cgroup v2) is let go
 // (EngineTable.Paused).
 func (s *Service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
+	end := s.gw.Freezing()
+	defer end()
 	resp, err := s.TTRPCTaskService.Pause(ctx, r)
 	if err == nil {
 		s.gw.Frozen()
