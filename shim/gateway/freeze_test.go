@@ -66,9 +66,6 @@ type freezer struct {
 	t   *testing.T
 	dir string
 	g   *gateway.Gateway
-	// freezing is the gateway's hook called before a freeze, if it has
-	// one; it returns the end of the freeze's fence.
-	freezing func() func()
 	// held, while a freeze is being made, is closed once freezer.state
 	// reads FROZEN: the answers the gateway is about to send wait for it.
 	held atomic.Pointer[chan struct{}]
@@ -88,9 +85,6 @@ type freezer struct {
 // only once its answer was sent, and a freeze seldom meets an answer.
 func newFreezer(t *testing.T, g *gateway.Gateway, dir string) *freezer {
 	f := &freezer{t: t, dir: dir, g: g}
-	if h, ok := any(g).(interface{ Freezing() func() }); ok {
-		f.freezing = h.Freezing
-	}
 	t.Cleanup(gateway.SetAnswerHook(func(r *gateway.Request) {
 		if rs := f.race.Load(); rs != nil {
 			rs.hold(r)
@@ -143,10 +137,7 @@ func (f *freezer) await(want string, first int) {
 // Pause does (shim/task/service.go): the fence before the freeze, Frozen
 // once frozen, and the fence's end.
 func (f *freezer) pause() {
-	var end func()
-	if f.freezing != nil {
-		end = f.freezing()
-	}
+	end := f.g.Freezing()
 	held := make(chan struct{})
 	f.held.Store(&held)
 	release := func() {
@@ -158,8 +149,23 @@ func (f *freezer) pause() {
 	f.set("FROZEN")
 	release()
 	f.g.Frozen()
-	if end != nil {
-		end()
+	end()
+}
+
+// failedPause raises the gateway's fence as the shim's Pause does, waits
+// until answers were parked behind it, and ends it with no freeze, as
+// Pause does when runc pause fails: every parked call still waits, and
+// is answered or served again.
+func (f *freezer) failedPause() {
+	end := f.g.Freezing()
+	defer end()
+	parked := f.g.Stats.Parked.Load()
+	deadline := time.Now().Add(30 * time.Second)
+	for f.g.Stats.Parked.Load() == parked {
+		if time.Now().After(deadline) {
+			f.t.Fatal("nothing parked behind the fence after 30s")
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 
@@ -198,7 +204,8 @@ func (p *progressFile) stop() {
 
 // runFrozen runs testdata/freezer.c in mode under a gateway, in a freezer
 // cgroup of its own that it freezes and thaws cycles times while the
-// program works, with the program's progress between each freeze, then
+// program works, with the program's progress between each freeze (and,
+// every tenth time, a pause that fails: the fence with no freeze), then
 // stops it and returns its output.
 func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int) ([]byte, *gateway.Gateway) {
 	return runFrozenWith(t, h, mode, cycles, nil)
@@ -258,6 +265,9 @@ func runFrozenWith(t *testing.T, h *harness.EnginesByInode, mode string, cycles 
 			f.pause()
 		}
 		f.resume()
+		if n%10 == 9 && waitProgress(pf.progress()) {
+			f.failedPause()
+		}
 	}
 	t.Logf("%s: %d freezes in %v, %d calls counted", mode, n, time.Since(start).Round(time.Millisecond), pf.progress())
 	pf.stop()

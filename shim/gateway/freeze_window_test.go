@@ -116,10 +116,7 @@ func (a *raceAim) learn(refused bool) {
 // with no report to the gateway.
 func racingPause(a *raceAim) func(*freezer) {
 	return func(f *freezer) {
-		var end func()
-		if f.freezing != nil {
-			end = f.freezing()
-		}
+		end := f.g.Freezing()
 		rs := &raceState{delay: a.next(), giveUp: time.Now().Add(5 * time.Millisecond).UnixNano()}
 		f.race.Store(rs)
 		defer f.race.Store(nil)
@@ -158,9 +155,7 @@ func racingPause(a *raceAim) func(*freezer) {
 			a.learn(r.SendRefused())
 		}
 		f.g.Frozen()
-		if end != nil {
-			end()
-		}
+		end()
 	}
 }
 
