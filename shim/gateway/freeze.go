@@ -86,6 +86,19 @@ func (r *Request) sendUnfenced(a answer, withhold bool) (sent, parked bool) {
 	return r.send(a.val, a.errno), false
 }
 
+// parkIfFenced parks r, to be served again, if a freeze is being made,
+// and reports whether it did.
+func (r *Request) parkIfFenced() bool {
+	g := r.g
+	g.fenceMu.RLock()
+	defer g.fenceMu.RUnlock()
+	if g.fences > 0 {
+		r.parkLocked(answer{}, true)
+		return true
+	}
+	return false
+}
+
 // keep keeps a, the answer of a call that did not take it, for the
 // call's restart: parked while a freeze is being made, otherwise until
 // the restart (keepForRestart).

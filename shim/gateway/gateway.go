@@ -157,7 +157,8 @@ type Gateway struct {
 
 	// fenceMu protects fences, and is held for reading across each
 	// plain SEND of an answer and each parking (sendUnfenced, keep,
-	// commitWrite): Freezing's write lock waits for the SENDs under way.
+	// parkIfFenced, commitWrite; never across commitWrite's write):
+	// Freezing's write lock waits for the SENDs under way.
 	// fences counts the freezes being made (freeze.go); fencedNow is
 	// fences > 0, for readers without the lock.
 	fenceMu   sync.RWMutex

@@ -515,13 +515,10 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 			_ = r.Task.WriteMem(addr, saved)
 		}
 	}
-	// The write and the SEND under the fence's read lock: a freeze is
-	// not begun between the check and the SEND (Gateway.Freezing).
+	// No write while a freeze is being made: the commit is refused and
+	// the call parked, to be served again (freeze.go).
 	g := r.g
-	g.fenceMu.RLock()
-	if g.fences > 0 {
-		r.parkLocked(answer{}, true)
-		g.fenceMu.RUnlock()
+	if g.fenced() && r.parkIfFenced() {
 		return false
 	}
 	if raced {
@@ -530,10 +527,25 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 			saved = nil
 		}
 	}
+	// The write is made outside the fence's read lock: it can fault in
+	// the caller's pages (swap, a file mapping served by a FUSE daemon in
+	// a frozen container), and a Freezing waiting for the lock would hold
+	// up every answer of every container meanwhile. The lock covers the
+	// check and the SEND only; a freeze begun during the write refuses
+	// the commit (the bytes written are put back only where a signal may
+	// race, as when a SEND is refused).
 	if err := write(); err != nil {
-		r.send(0, unix.EFAULT)
-		g.fenceMu.RUnlock()
+		// Linux consumed the message: EFAULT, kept for the fence's end
+		// if one is up.
+		r.sendUnfenced(answer{errno: unix.EFAULT}, false)
 		return true
+	}
+	g.fenceMu.RLock()
+	if g.fences > 0 {
+		r.parkLocked(answer{}, true)
+		g.fenceMu.RUnlock()
+		restore()
+		return false
 	}
 	sent := r.send(val, 0)
 	g.fenceMu.RUnlock()
