@@ -216,6 +216,61 @@ package gateway
 // SETVAL and IPC_RMID under a stream of SA_RESTART signals gave 4 to 35
 // IPC_RMIDs failing with EINVAL and 1 to 3 sets made twice.
 //
+// # Freezes (freeze.go)
+//
+// The cgroup freezer ends a task's wait in the trap as a signal would
+// (the notification is cancelled, the call restarts when thawed) but
+// queues no signal and takes none: the checks above see nothing, and a
+// plain SEND that lands as the freezer wakes the task can be accepted
+// and then discarded (the task past its check for an answer, not yet off
+// the list), with no report to learn it from. The shim's Pause therefore
+// raises a fence before runc pause (Gateway.Freezing): its write lock
+// waits for the plain SENDs under way, and until the fence's end no
+// answer goes out as a plain SEND:
+//
+//   - an answer of 0 (semop, msgsnd, IPC_RMID, SETVAL, ...) goes through
+//     ADDFD|SEND (Request.confirm): taken, or refused and then undone (a
+//     commit) or kept for the restart (a Reply);
+//   - any other answer (ids, counts, errors) is parked on its call
+//     (Request.kept), which stays its thread's call;
+//   - a commit that cannot be confirmed (msgrcv's byte count; a task
+//     without fd 0) is refused, so the engine undoes it (the message stays
+//     queued), and its call is parked to be served again
+//     (Request.withheld). A commitWrite checks the fence before its write
+//     and again, under the fence's read lock, before its SEND: the write
+//     itself (process_vm_writev, which can fault in the caller's pages)
+//     is made holding no fence lock.
+//
+// The fence ends when Pause returns: after Frozen when the freeze is
+// done (no frozen task has a notification left, so answers to the others
+// need no fence, and a long pause does not hold up the rest of the pod),
+// or at once if it failed. Each parked call is then settled (unpark),
+// holding its serving lock so that the thread's next call waits for the
+// outcome: a call still pending is answered or served again; a call
+// whose notification is gone gives its answer to its interruption
+// (keepGone), and the restart that follows the thaw gets it
+// (Gateway.restart takes an interruption's origin's kept answer; unpark
+// and restart take it under evMu and the Task's lock, so exactly one
+// does).
+//
+// The answers TestFreezeReplies counted as lost were refused (the task
+// already frozen) and are given to the restart with or without the fence
+// (see "Signals"). What only the fence prevents, an answer accepted and
+// then discarded, TestFreezeWindow provokes: each freeze's first answer
+// is held and released at a moment aimed at the freezer's wake-up, from
+// a receiver pinned to a CPU of its own (on 2 vCPUs the woken task
+// otherwise takes the receiver's CPU and the SEND comes after it left:
+// refused, exact). 2,000 freezes per run, 2026-12-05, load 2-9 from
+// other runs: without the fence, 11 runs of 11 failed, 1 to 24
+// semaphore units or messages lost or made twice per run; with
+// stress-ng --cpu 2 beside it, 1 of 3; unpinned, 1 of 4 (under
+// stress-ng). With the fence, 16 runs of 16 passed (9 pinned, 3 pinned
+// under stress-ng, 4 unpinned).
+// TestFreezeConservation checks the same conservation across 300 freezes
+// with answers held until each is done, and 30 failed pauses (the fence
+// raised and ended with no freeze: parked calls answered or served
+// again).
+//
 // # Sleepers in the trap (drain.go)
 //
 // A task asleep in the trap whose notification the receiver has not read
@@ -258,7 +313,22 @@ package gateway
 //     its freezer cgroup by hand: freezer.state on cgroup v1,
 //     cgroup.freeze on v2, both of which wake its sleepers as a signal
 //     would) keeps its sleepers counted until they are thawed or the
-//     next observer probes them.
+//     next observer probes them; and with no fence, an answer sent as
+//     its task is frozen can be discarded (see "Freezes"). So does
+//     runc checkpoint, which has CRIU freeze the container's cgroup:
+//     the shim's Checkpoint raises no fence.
+//   - The fence covers every task the gateway serves, not only the
+//     container being paused: for as long as runc pause takes (tens of
+//     ms: runc's start, the freeze and its retries), other containers'
+//     answers other than 0 wait, and those of 0 go through ADDFD (with
+//     its cost on fd 0, below).
+//   - A parked answer lost to a signal whose handler lacks SA_RESTART
+//     (the call fails with EINTR, its effect done) is the window of the
+//     first bullet, made as long as the freeze.
+//   - A call withheld and served again starts anew: semtimedop's
+//     timeout runs again, and a msgrcv or semop of a task the freeze did
+//     not take goes to the end of its queue (a frozen one natively
+//     leaves it and queues again when thawed).
 //   - An answer kept with no report goes to the thread's next call with
 //     the same number, arguments and instruction pointer: nothing tells
 //     a restart from a new call at the same place (see siglongjmp
@@ -276,15 +346,6 @@ package gateway
 // Open (found by review on 2026-12-05, not fixed yet; each a window of
 // microseconds unless said):
 //
-//   - The freezer wakes sleepers with no signal_generate event, so a
-//     waker's commit to a sleeper of a container being paused goes out as
-//     a plain SEND, which the kernel can discard; after the thaw the
-//     restart is served as a new call (a semop unit taken twice, a
-//     message lost). Pause would have to tell the gateway before freezing.
-//     (An answer the kernel refused, the task already frozen, is exact:
-//     undone, or kept for the restart. The window is that of a SEND
-//     accepted as the woken task passes its check; TestFreezeConservation
-//     has not caught it.)
 //   - A group stop begun by another thread while a msgrcv answer is in
 //     doubt interrupts this thread with no report for it; await takes the
 //     answer as delivered. (semop answers go through ADDFD: exact.)
@@ -293,7 +354,9 @@ package gateway
 //     as delivered after awaitLimit, as is any wait longer than that.
 //   - commitWrite writes a message into the caller's buffer before a SEND
 //     it does not expect to race, and keeps nothing to restore: if the
-//     SEND fails the buffer holds the message though the call fails.
+//     SEND fails, or a freeze's fence rose during the write (the call is
+//     parked and served again), the buffer holds that message though the
+//     call did not return it.
 //   - The check that no signal raced with a plain SEND reads
 //     signal_generate events, but the kernel writes that event after
 //     complete_signal has woken the task (__send_signal_locked): a signal
@@ -318,7 +381,15 @@ package gateway
 // running the actions events queue (cancelling a sleep, applying
 // SEM_UNDO). Order: actMu, then evMu or an engine lock; an engine lock,
 // then evMu (a Commit checks for signals); evMu, then tmu or Task.mu;
-// tmu, then Task.mu. buildMu (one thread identified at a time) comes
+// tmu, then Task.mu. fenceMu (freeze.go) is held for reading across a
+// plain SEND or a parking only (not across commitWrite's write), and
+// takes only parkMu (a leaf) inside: an engine lock, then fenceMu; never
+// fenceMu, then any other gateway lock. Its write lock (Freezing, the
+// fence's end) is taken holding no lock. A parked call's kept answer is
+// taken by a swap, under evMu and Task.mu once its notification is gone
+// (unpark's keepGone, restart); unpark holds the call's serving lock, as
+// the receiver that served it did, and restart waits for it holding no
+// lock. buildMu (one thread identified at a time) comes
 // before evMu and tmu (insert). A listener's orderMu is a leaf; a
 // receiver waits for an earlier call's receiver (ordered) holding no
 // lock, and that one never waits for a later call. Likewise restart

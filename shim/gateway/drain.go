@@ -100,7 +100,8 @@ func (g *Gateway) lateDrain(ino uint64) {
 // Frozen tells the gateway that tasks it serves were frozen (a container
 // paused): the freezer cancels the notifications of sleepers without a
 // signal, and natively a frozen sleeper has left its queue, so every
-// sleeper's notification is probed.
+// sleeper's notification is probed. Call it once the freeze is done and
+// before the end of the fence raised for it (Freezing).
 func (g *Gateway) Frozen() {
 	if !g.ready() {
 		return
