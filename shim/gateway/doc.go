@@ -224,9 +224,11 @@ package gateway
 // plain SEND that lands as the freezer wakes the task can be accepted
 // and then discarded (the task past its check for an answer, not yet off
 // the list), with no report to learn it from. The shim's Pause therefore
-// raises a fence before runc pause (Gateway.Freezing): its write lock
-// waits for the plain SENDs under way, and until the fence's end no
-// answer goes out as a plain SEND:
+// raises a fence before runc pause (Gateway.FreezingContainer): its write
+// lock waits for the plain SENDs under way, and until the fence's end no
+// answer to a call of the container's listeners (ListenerOptions.
+// Container, and any listener of unknown container) goes out as a plain
+// SEND; other containers' answers are not held up:
 //
 //   - an answer of 0 (semop, msgsnd, IPC_RMID, SETVAL, ...) goes through
 //     ADDFD|SEND (Request.confirm): taken, or refused and then undone (a
@@ -317,11 +319,16 @@ package gateway
 //     its task is frozen can be discarded (see "Freezes"). So does
 //     runc checkpoint, which has CRIU freeze the container's cgroup:
 //     the shim's Checkpoint raises no fence.
-//   - The fence covers every task the gateway serves, not only the
-//     container being paused: for as long as runc pause takes (tens of
-//     ms: runc's start, the freeze and its retries), other containers'
-//     answers other than 0 wait, and those of 0 go through ADDFD (with
-//     its cost on fd 0, below).
+//   - For as long as runc pause takes (tens of ms: runc's start, the
+//     freeze and its retries), the paused container's answers other
+//     than 0 wait, and those of 0 go through ADDFD (with its cost on fd
+//     0, below); before FreezingContainer the fence covered every
+//     container the shim serves. A container of another shim whose
+//     listeners this shim serves (join.go: its IPC namespace is this
+//     shim's) is paused through its own shim: no fence here, the
+//     discard window stays open for it; so it does for a container
+//     whose cgroup was placed under the paused one's (a freeze reaches
+//     descendant cgroups), which the fence for its parent's id misses.
 //   - A parked answer lost to a signal whose handler lacks SA_RESTART
 //     (the call fails with EINTR, its effect done) is the window of the
 //     first bullet, made as long as the freeze.

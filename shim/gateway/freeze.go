@@ -26,25 +26,48 @@ package gateway
 // to the restart).
 
 // Freezing tells the gateway that tasks it serves are about to be frozen
-// (the shim's Pause, before runc pause): from now on no answer goes out
-// as a plain SEND (see above). It returns the fence's end, to be called
-// once the freeze is done (after Frozen) or has failed; calls after the
-// first do nothing. Fences nest: the parked calls are settled when the
-// last one ends.
+// (a freeze of unknown scope: every listener is fenced; the shim's Pause
+// uses FreezingContainer): from now on no answer goes out as a plain SEND
+// (see above). It returns the fence's end, to be called once the freeze
+// is done (after Frozen) or has failed; calls after the first do
+// nothing. Fences nest: a parked call is settled when the last fence
+// over its listener ends.
 //
 // The fence is not kept while the tasks stay frozen: once the freeze is
 // done no frozen task has a notification left (the freezer cancelled
 // them all) and none can make a call, so answers to the tasks that still
 // call need none; the restarts that follow the thaw get what was kept
-// for them. Nothing is needed at the resume. While a fence is up the
-// answers of every task the gateway serves wait for it: a freeze takes
-// milliseconds.
-func (g *Gateway) Freezing() (end func()) {
+// for them. Nothing is needed at the resume.
+func (g *Gateway) Freezing() (end func()) { return g.freezing("") }
+
+// FreezingContainer is Freezing for the tasks of container id: the fence
+// covers the calls of the listeners served with ListenerOptions.Container
+// id, and of those served with none (their container is unknown), not
+// the other containers': those answers neither wait for runc pause nor go
+// through ADDFD meanwhile. The freezer freezes the container's cgroup,
+// and a task of it makes its calls through its container's listeners
+// (runc hands the shim one per process it starts: init and each exec).
+func (g *Gateway) FreezingContainer(id string) (end func()) {
+	if id == "" {
+		return g.Freezing()
+	}
+	return g.freezing(id)
+}
+
+func (g *Gateway) freezing(id string) (end func()) {
 	// The write lock waits for every plain SEND under way (sendUnfenced
 	// holds the read lock across its check and its SEND): once it is
 	// taken, none that could meet the freezer is left.
 	g.fenceMu.Lock()
 	g.fences++
+	if id == "" {
+		g.fenceAll++
+	} else {
+		if g.fenceOf == nil {
+			g.fenceOf = make(map[string]int)
+		}
+		g.fenceOf[id]++
+	}
 	g.fencedNow.Store(true)
 	g.fenceMu.Unlock()
 	var ended bool
@@ -56,21 +79,56 @@ func (g *Gateway) Freezing() (end func()) {
 		}
 		ended = true
 		g.fences--
-		var parked []*Request
-		if g.fences == 0 {
-			g.fencedNow.Store(false)
-			parked, g.parked = g.parked, nil
+		if id == "" {
+			g.fenceAll--
+		} else if g.fenceOf[id]--; g.fenceOf[id] == 0 {
+			delete(g.fenceOf, id)
 		}
+		g.fencedNow.Store(g.fences > 0)
+		// The calls no fence covers any more are settled; the others
+		// wait for theirs.
+		var settle []*Request
+		left := g.parked[:0]
+		for _, c := range g.parked {
+			if g.fencedLocked(c.ls) {
+				left = append(left, c)
+			} else {
+				settle = append(settle, c)
+			}
+		}
+		clear(g.parked[len(left):])
+		g.parked = left
 		g.fenceMu.Unlock()
-		for _, c := range parked {
+		for _, c := range settle {
 			g.unpark(c)
 		}
 	}
 }
 
-// fenced reports whether a freeze is being made (a hint: sendUnfenced
-// decides under fenceMu).
-func (g *Gateway) fenced() bool { return g.fencedNow.Load() }
+// fencedLocked reports whether a fence covers listener ls. fenceMu is
+// held.
+func (g *Gateway) fencedLocked(ls *listener) bool {
+	if g.fences == 0 {
+		return false
+	}
+	if g.fenceAll > 0 {
+		return true
+	}
+	c := ls.opts.Container
+	return c == "" || g.fenceOf[c] > 0
+}
+
+// fenced reports whether a fence covers r's listener (a hint: sendUnfenced
+// decides under fenceMu). It takes no lock while no fence is up.
+func (r *Request) fenced() bool {
+	g := r.g
+	if !g.fencedNow.Load() {
+		return false
+	}
+	g.fenceMu.RLock()
+	defer g.fenceMu.RUnlock()
+	return g.fencedLocked(r.ls)
+}
 
 // sendUnfenced sends a as a plain SEND unless a freeze is being made;
 // then it parks the call instead (sent false, parked true): with a kept
@@ -79,7 +137,7 @@ func (r *Request) sendUnfenced(a answer, withhold bool) (sent, parked bool) {
 	g := r.g
 	g.fenceMu.RLock()
 	defer g.fenceMu.RUnlock()
-	if g.fences > 0 {
+	if g.fencedLocked(r.ls) {
 		r.parkLocked(a, withhold)
 		return false, true
 	}
@@ -89,10 +147,13 @@ func (r *Request) sendUnfenced(a answer, withhold bool) (sent, parked bool) {
 // parkIfFenced parks r, to be served again, if a freeze is being made,
 // and reports whether it did.
 func (r *Request) parkIfFenced() bool {
+	if !r.g.fencedNow.Load() {
+		return false
+	}
 	g := r.g
 	g.fenceMu.RLock()
 	defer g.fenceMu.RUnlock()
-	if g.fences > 0 {
+	if g.fencedLocked(r.ls) {
 		r.parkLocked(answer{}, true)
 		return true
 	}
@@ -105,7 +166,7 @@ func (r *Request) parkIfFenced() bool {
 func (r *Request) keep(a answer) {
 	g := r.g
 	g.fenceMu.RLock()
-	fenced := g.fences > 0
+	fenced := g.fencedLocked(r.ls)
 	if fenced {
 		r.parkLocked(a, false)
 	}

@@ -75,6 +75,17 @@ type freezer struct {
 	race atomic.Pointer[raceState]
 	// stateFile is freezer.state kept open (stateFd).
 	stateFile *os.File
+	// fence raises the gateway's fence for a freeze, as the shim's Pause
+	// does (g.Freezing if nil).
+	fence func() func()
+}
+
+// raiseFence raises the gateway's fence for a freeze and returns its end.
+func (f *freezer) raiseFence() func() {
+	if f.fence != nil {
+		return f.fence()
+	}
+	return f.g.Freezing()
 }
 
 // newFreezer returns the freezer of cgroup dir for gateway g. Until the
@@ -137,7 +148,7 @@ func (f *freezer) await(want string, first int) {
 // Pause does (shim/task/service.go): the fence before the freeze, Frozen
 // once frozen, and the fence's end.
 func (f *freezer) pause() {
-	end := f.g.Freezing()
+	end := f.raiseFence()
 	held := make(chan struct{})
 	f.held.Store(&held)
 	release := func() {
@@ -157,7 +168,7 @@ func (f *freezer) pause() {
 // Pause does when runc pause fails: every parked call still waits, and
 // is answered or served again.
 func (f *freezer) failedPause() {
-	end := f.g.Freezing()
+	end := f.raiseFence()
 	defer end()
 	parked := f.g.Stats.Parked.Load()
 	deadline := time.Now().Add(30 * time.Second)
@@ -208,12 +219,13 @@ func (p *progressFile) stop() {
 // every tenth time, a pause that fails: the fence with no freeze), then
 // stops it and returns its output.
 func runFrozen(t *testing.T, h *harness.EnginesByInode, mode string, cycles int) ([]byte, *gateway.Gateway) {
-	return runFrozenWith(t, h, mode, cycles, nil)
+	return runFrozenWith(t, h, mode, cycles, nil, nil)
 }
 
 // runFrozenWith is runFrozen with each freeze made by pause, if not nil,
-// instead of freezer.pause.
-func runFrozenWith(t *testing.T, h *harness.EnginesByInode, mode string, cycles int, pause func(*freezer)) ([]byte, *gateway.Gateway) {
+// instead of freezer.pause, and cfg, if not nil, applied to the gateway
+// before it serves.
+func runFrozenWith(t *testing.T, h *harness.EnginesByInode, mode string, cycles int, pause func(*freezer), cfg func(*gateway.Gateway)) ([]byte, *gateway.Gateway) {
 	if why := harness.Supported(); why != "" {
 		t.Skip(why)
 	}
@@ -222,7 +234,7 @@ func runFrozenWith(t *testing.T, h *harness.EnginesByInode, mode string, cycles 
 	pf := newProgressFile(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	g, addr, served := startGateway(ctx, t, h, nil)
+	g, addr, served := startGateway(ctx, t, h, cfg)
 	cmd := harness.Command(addr, bin, dir, pf.f.Name(), mode)
 	var out strings.Builder
 	cmd.Stdout = &out
@@ -380,5 +392,42 @@ func TestFreezeReplies(t *testing.T) {
 				t.Errorf("the engines hold %d sets and queues at the end", objs)
 			}
 		})
+	}
+}
+
+// TestFreezeFenceScope freezes and thaws the conserve program of
+// TestFreezeConservation, served as container "b"
+// (ListenerOptions.Container), behind the fence the shim's Pause raises
+// for it (FreezingContainer("b")); before each freeze, a fence for
+// container "a" is up for 2 ms while "b" works: it must park none of
+// "b"'s answers (they are not held up by another container's pause).
+// Units and messages must be conserved.
+func TestFreezeFenceScope(t *testing.T) {
+	cycles := 100
+	if testing.Short() {
+		cycles = 30
+	}
+	var other, parkedOther int64
+	pause := func(f *freezer) {
+		f.fence = func() func() { return f.g.FreezingContainer("b") }
+		s := &f.g.Stats
+		p := s.Parked.Load()
+		end := f.g.FreezingContainer("a")
+		time.Sleep(2 * time.Millisecond)
+		end()
+		other++
+		parkedOther += s.Parked.Load() - p
+		f.pause()
+	}
+	cfg := func(g *gateway.Gateway) { g.Defaults.Container = "b" }
+	h := harness.NewEnginesByInode()
+	out, g := runFrozenWith(t, h, "conserve", cycles, pause, cfg)
+	checkConserved(t, out)
+	t.Logf("%d fences for another container: %d answers parked behind them; %d parked in all", other, parkedOther, g.Stats.Parked.Load())
+	if parkedOther != 0 {
+		t.Errorf("a fence for container a parked %d answers of container b", parkedOther)
+	}
+	if g.Stats.Parked.Load() == 0 {
+		t.Error("nothing parked behind container b's own fences")
 	}
 }

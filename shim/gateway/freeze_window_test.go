@@ -121,7 +121,7 @@ func (a *raceAim) learn(refused bool) {
 // with no report to the gateway.
 func racingPause(a *raceAim) func(*freezer) {
 	return func(f *freezer) {
-		end := f.g.Freezing()
+		end := f.raiseFence()
 		rs := &raceState{delay: a.next(), giveUp: time.Now().Add(5 * time.Millisecond).UnixNano()}
 		f.race.Store(rs)
 		defer f.race.Store(nil)
@@ -239,7 +239,7 @@ func TestFreezeWindow(t *testing.T) {
 	a := &raceAim{rng: rand.New(rand.NewSource(seed)), target: 5 * time.Microsecond, spread: 2 * time.Microsecond}
 	keepFreezerActive(t)
 	h := harness.NewEnginesByInode()
-	out, _ := runFrozenWith(t, h, "conserve", cycles, racingPause(a))
+	out, _ := runFrozenWith(t, h, "conserve", cycles, racingPause(a), nil)
 	t.Logf("%d racing freezes, %d with an answer held and released: %d refused, %d accepted; target at the end %v",
 		a.freezes, a.held, a.refused, a.accepted, a.target)
 	slices.Sort(a.writes)

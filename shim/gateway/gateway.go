@@ -93,6 +93,10 @@ type ListenerOptions struct {
 	// trapped or refused): a thread's credentials are cached. Otherwise
 	// each call compares them with a pidfd's.
 	IDsFixed bool
+	// Container is the id of the container whose processes call through
+	// the listener (the shim's: runc's state.id), for the fence of a
+	// freeze of that container (FreezingContainer); "" if unknown.
+	Container string
 }
 
 // Gateway serves listener fds, each call with the engines of its
@@ -159,10 +163,13 @@ type Gateway struct {
 	// plain SEND of an answer and each parking (sendUnfenced, keep,
 	// parkIfFenced, commitWrite; never across commitWrite's write):
 	// Freezing's write lock waits for the SENDs under way.
-	// fences counts the freezes being made (freeze.go); fencedNow is
-	// fences > 0, for readers without the lock.
+	// fences counts the freezes being made (freeze.go): fenceAll those
+	// over every listener, fenceOf those over one container's; fencedNow
+	// is fences > 0, for readers without the lock.
 	fenceMu   sync.RWMutex
 	fences    int
+	fenceAll  int
+	fenceOf   map[string]int
 	fencedNow atomic.Bool
 	// parkMu protects parked, the calls that wait for the fences' end,
 	// among the holders of fenceMu's read lock (parkLocked); the fence's

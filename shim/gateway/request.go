@@ -131,7 +131,7 @@ func (r *Request) Reply(val int64, err error) bool {
 func (r *Request) deliver(a answer) bool {
 	r.g.beforeAnswer(r)
 	pre, raced := r.fateWindow()
-	if (raced || r.g.fenced()) && a == (answer{}) {
+	if (raced || r.fenced()) && a == (answer{}) {
 		if ok, done := r.confirm(); done {
 			if !ok {
 				r.keep(a)
@@ -311,7 +311,7 @@ func (r *Request) commit(val int64) bool {
 	}
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
-	if (raced || r.g.fenced()) && val == 0 {
+	if (raced || r.fenced()) && val == 0 {
 		if ok, done := r.confirm(); done {
 			return ok
 		}
@@ -518,7 +518,7 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	// No write while a freeze is being made: the commit is refused and
 	// the call parked, to be served again (freeze.go).
 	g := r.g
-	if g.fenced() && r.parkIfFenced() {
+	if r.parkIfFenced() {
 		return false
 	}
 	if raced {
@@ -541,7 +541,7 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 		return true
 	}
 	g.fenceMu.RLock()
-	if g.fences > 0 {
+	if g.fencedLocked(r.ls) {
 		r.parkLocked(answer{}, true)
 		g.fenceMu.RUnlock()
 		restore()

@@ -221,6 +221,7 @@ func (s *Service) handle(ctx context.Context, m *listener.Message) error {
 		}
 		opts := s.ns.ListenerOptions(id)
 		opts.IPCNS = ino
+		opts.Container = id // the fence of its Pause (FreezingContainer)
 		if err := s.gw.ServeListener(s.ctx, l, opts); s.failedServing(err) {
 			log.G(s.ctx).WithField("container", id).WithError(err).Errorf("seccomp listener of pid %d failed: its IPC calls now fail with ENOSYS", pid)
 		}
@@ -368,18 +369,22 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 // The freezer ends the trapped calls of the tasks it freezes without a
 // signal the gateway could see: an answer sent to one as it is frozen
 // can be lost, and the call restarts when thawed. So the gateway is told
-// first (Gateway.Freezing): until the freeze is done (or failed) no
-// answer goes out as a plain SEND (gateway/freeze.go). Once frozen, no
-// task of the container has a call in the trap, and answers to the
-// others need no fence: it ends when Pause returns, and Resume needs no
-// hook (a thawed task's restart gets the answer kept for it).
+// first (Gateway.FreezingContainer): until the freeze is done (or
+// failed) no answer to a task of the container goes out as a plain SEND
+// (gateway/freeze.go); the other containers' answers are not held up.
+// Once frozen, no task of the container has a call in the trap, and
+// answers to the others need no fence: it ends when Pause returns, and
+// Resume needs no hook (a thawed task's restart gets the answer kept for
+// it). A container of another shim whose listeners this shim serves
+// (join.go) is paused through its own shim: this gateway raises no
+// fence for it (gateway doc, "What is not exact").
 //
 // Natively a frozen sleeper is not counted (GETNCNT, /proc/sysvipc):
 // Frozen takes them off their queues. Resumed, they call again. A
 // ballast helper frozen with the container (cgroup v2) is let go
 // (EngineTable.Paused).
 func (s *Service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
-	end := s.gw.Freezing()
+	end := s.gw.FreezingContainer(r.ID)
 	defer end()
 	resp, err := s.TTRPCTaskService.Pause(ctx, r)
 	if err == nil {
