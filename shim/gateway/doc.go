@@ -226,9 +226,9 @@ package gateway
 // the list), with no report to learn it from. The shim's Pause therefore
 // raises a fence before runc pause (Gateway.FreezingContainer): its write
 // lock waits for the plain SENDs under way, and until the fence's end no
-// answer to a call of the container's listeners (ListenerOptions.
-// Container, and any listener of unknown container) goes out as a plain
-// SEND; other containers' answers are not held up:
+// answer to a call made through the container's listeners (those served
+// with its id as ListenerOptions.Container, and any of unknown container)
+// goes out as a plain SEND; other containers' answers are not held up:
 //
 //   - an answer of 0 (semop, msgsnd, IPC_RMID, SETVAL, ...) goes through
 //     ADDFD|SEND (Request.confirm): taken, or refused and then undone (a
@@ -246,14 +246,14 @@ package gateway
 // The fence ends when Pause returns: after Frozen when the freeze is
 // done (no frozen task has a notification left, so answers to the others
 // need no fence, and a long pause does not hold up the rest of the pod),
-// or at once if it failed. Each parked call is then settled (unpark),
-// holding its serving lock so that the thread's next call waits for the
-// outcome: a call still pending is answered or served again; a call
-// whose notification is gone gives its answer to its interruption
-// (keepGone), and the restart that follows the thaw gets it
-// (Gateway.restart takes an interruption's origin's kept answer; unpark
-// and restart take it under evMu and the Task's lock, so exactly one
-// does).
+// or at once if it failed. Each parked call that no fence covers any more
+// is then settled (unpark), holding its serving lock so that the
+// thread's next call waits for the outcome: a call still pending is
+// answered or served again; a call whose notification is gone gives its
+// answer to its interruption (keepGone), and the restart that follows
+// the thaw gets it (Gateway.restart takes an interruption's origin's kept
+// answer; unpark and restart take it under evMu and the Task's lock, so
+// exactly one does).
 //
 // The answers TestFreezeReplies counted as lost were refused (the task
 // already frozen) and are given to the restart with or without the fence
@@ -267,7 +267,8 @@ package gateway
 // semaphore units or messages lost or made twice per run; with
 // stress-ng --cpu 2 beside it, 1 of 3; unpinned, 1 of 4 (under
 // stress-ng). With the fence, 16 runs of 16 passed (9 pinned, 3 pinned
-// under stress-ng, 4 unpinned).
+// under stress-ng, 4 unpinned). TestFreezeFenceScope checks that a
+// fence for another container parks none of a container's answers.
 // TestFreezeConservation checks the same conservation across 300 freezes
 // with answers held until each is done, and 30 failed pauses (the fence
 // raised and ended with no freeze: parked calls answered or served
