@@ -291,9 +291,6 @@ package gateway
 //   - A tracee in a signal-delivery stop reports signal_deliver only when
 //     its tracer resumes it; a traced thread's answer in doubt is taken
 //     as delivered after awaitLimit, as is any wait longer than that.
-//   - commitWrite writes a message into the caller's buffer before a SEND
-//     it does not expect to race, and keeps nothing to restore: if the
-//     SEND fails the buffer holds the message though the call fails.
 //   - The check that no signal raced with a plain SEND reads
 //     signal_generate events, but the kernel writes that event after
 //     complete_signal has woken the task (__send_signal_locked): a signal

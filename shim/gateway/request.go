@@ -476,8 +476,7 @@ func (r *Request) ended(err error) {
 // commitWrite is commit for an answer that comes with data written into
 // the caller's memory first (msgrcv's message: n bytes at addr, written
 // by write). If the answer is not taken, the data written is put back as
-// it was where a signal could have raced (the old bytes are read first
-// only then). A write that faults is answered EFAULT and counts as taken,
+// it was (the old bytes are read first). A write that faults is answered EFAULT and counts as taken,
 // as Linux consumes a message whose copy-out fails.
 func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
 	pre, raced, ok := r.claimCommit()
@@ -486,12 +485,14 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	}
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
-	var saved []byte
-	if raced {
-		saved = make([]byte, n)
-		if r.Task.ReadMem(addr, saved) != nil {
-			saved = nil
-		}
+	// What the buffer held, put back if the task does not take the
+	// answer: natively a msgrcv that fails wrote nothing. Saved whether
+	// or not a signal may race: a SEND is refused too when a signal
+	// comes after the check (TestMsgrcvInterruptedBuffer), or when the
+	// freezer takes the task.
+	saved := make([]byte, n)
+	if r.Task.ReadMem(addr, saved) != nil {
+		saved = nil
 	}
 	restore := func() {
 		if saved != nil {
