@@ -259,6 +259,10 @@ package gateway
 //     cgroup.freeze on v2, both of which wake its sleepers as a signal
 //     would) keeps its sleepers counted until they are thawed or the
 //     next observer probes them.
+//   - A msgrcv whose answer is refused has its buffer put back, but the
+//     message was in it for the µs between the write and the SEND: a
+//     handler of the signal that interrupted the call, or another thread,
+//     reading that buffer then sees it (natively it never holds it).
 //   - An answer kept with no report goes to the thread's next call with
 //     the same number, arguments and instruction pointer: nothing tells
 //     a restart from a new call at the same place (see siglongjmp
