@@ -53,7 +53,7 @@ integration-deps:
 	@scripts/install-runtime-deps.sh
 
 integration: integration-deps
-	$(GO) test -count=1 -v ./integration/
+	INTEGRATION_REQUIRED=1 $(GO) test -count=1 -v ./integration/
 
 # The README's main command: a private containerd running a container whose
 # processes share a semaphore and a message queue under the shim. Builds

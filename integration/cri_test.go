@@ -37,7 +37,7 @@ func (e *env) crictl(t *testing.T, args ...string) string {
 func criImage(t *testing.T, e *env) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(filepath.Dir(e.ctr), "crictl")); err != nil {
-		t.Skip("crictl not built (scripts/build-containerd.sh)")
+		missing(t, "crictl not built (scripts/build-containerd.sh)")
 	}
 	importOnce.Do(func() {
 		tar := filepath.Join(e.dir, "ipct-image.tar")

@@ -19,7 +19,7 @@ func TestDebianWorkloads(t *testing.T) {
 		rootfs = filepath.Join(repoRoot(), "build", "debian-rootfs")
 	}
 	if _, err := os.Stat(filepath.Join(rootfs, "usr", "bin", "stress-ng")); err != nil {
-		t.Skip("no Debian rootfs with stress-ng: run scripts/make-debian-rootfs.sh")
+		missing(t, "no Debian rootfs with stress-ng: run scripts/make-debian-rootfs.sh")
 	}
 	td, _ := filepath.Abs("testdata")
 	// The stressors are bounded by operations, not time: at a time

@@ -27,7 +27,7 @@ func debianRootfs(t *testing.T) string {
 	}
 	for _, b := range []string{"usr/bin/ipcs", "usr/bin/lsipc", "usr/bin/ipcrm", "usr/bin/perl", "sbin/sysctl"} {
 		if _, err := os.Stat(filepath.Join(rootfs, b)); err != nil {
-			t.Skipf("no Debian rootfs with %s: run scripts/make-debian-rootfs.sh", b)
+			missing(t, fmt.Sprintf("no Debian rootfs with %s: run scripts/make-debian-rootfs.sh", b))
 		}
 	}
 	return rootfs

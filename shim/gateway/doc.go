@@ -337,6 +337,10 @@ package gateway
 //     timeout runs again, and a msgrcv or semop of a task the freeze did
 //     not take goes to the end of its queue (a frozen one natively
 //     leaves it and queues again when thawed).
+//   - A msgrcv whose answer is refused has its buffer put back, but the
+//     message was in it for the µs between the write and the SEND: a
+//     handler of the signal that interrupted the call, or another thread,
+//     reading that buffer then sees it (natively it never holds it).
 //   - An answer kept with no report goes to the thread's next call with
 //     the same number, arguments and instruction pointer: nothing tells
 //     a restart from a new call at the same place (see siglongjmp
@@ -360,11 +364,6 @@ package gateway
 //   - A tracee in a signal-delivery stop reports signal_deliver only when
 //     its tracer resumes it; a traced thread's answer in doubt is taken
 //     as delivered after awaitLimit, as is any wait longer than that.
-//   - commitWrite writes a message into the caller's buffer before a SEND
-//     it does not expect to race, and keeps nothing to restore: if the
-//     SEND fails, or a freeze's fence rose during the write (the call is
-//     parked and served again), the buffer holds that message though the
-//     call did not return it.
 //   - The check that no signal raced with a plain SEND reads
 //     signal_generate events, but the kernel writes that event after
 //     complete_signal has woken the task (__send_signal_locked): a signal

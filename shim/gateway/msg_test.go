@@ -1,8 +1,16 @@
 package gateway_test
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 )
 
@@ -60,5 +68,53 @@ func TestMsgsndRefusedChargesNothing(t *testing.T) {
 	diff(t, native, trapped)
 	if _, held := b.TextUsage(); held != held0 {
 		t.Errorf("failed msgsnd calls charged %d bytes of text pages to the pod", held-held0)
+	}
+}
+
+// TestMsgrcvInterruptedBuffer: a msgrcv of a queued message whose thread
+// takes a signal (handler without SA_RESTART) just as its answer is about
+// to be sent — after the gateway judged that no signal raced with it —
+// fails with EINTR. Natively such a msgrcv took nothing: the caller's
+// buffer is as it was and the message still queued (testdata/msgrcvbuf.c
+// checks both, after an IPC_STAT that waits for the answer's outcome).
+// The gateway writes the message into the buffer before the SEND, so it
+// must put the buffer back when the SEND is refused.
+func TestMsgrcvInterruptedBuffer(t *testing.T) {
+	bin := buildC(t, "testdata/msgrcvbuf.c")
+	const reps = 20
+	var signalled, gone atomic.Int32
+	defer gateway.SetAnswerHook(func(r *gateway.Request) {
+		// Only the round's msgrcv (msgflg 0), not the IPC_NOWAIT one
+		// that empties the queue after an EINTR.
+		if r.Sysno != gateway.SysMsgrcv || r.Notif.Data.Args[4] != 0 {
+			return
+		}
+		signalled.Add(1)
+		if err := unix.Tgkill(r.Task.Tgid, r.Task.Tid, unix.SIGUSR1); err != nil {
+			t.Errorf("tgkill: %v", err)
+			return
+		}
+		// Wait for the state needed: the kernel took the notification
+		// back (the thread is in its handler), so the SEND is refused.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if r.Valid() != nil {
+				gone.Add(1)
+				return
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	})()
+	out, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, strconv.Itoa(reps))
+	logStats(t, g)
+	t.Logf("%s; %d signalled, %d gone before the SEND", strings.TrimSpace(string(out)), signalled.Load(), gone.Load())
+	var eintr, ok, bad int
+	if _, err := fmt.Sscanf(string(out), "eintr: %d\nok: %d\nbad: %d", &eintr, &ok, &bad); err != nil {
+		t.Fatalf("no result in %q: %v", out, err)
+	}
+	if bad != 0 {
+		t.Errorf("%s", strings.TrimSpace(string(out)))
+	}
+	if eintr == 0 || int(gone.Load()) != eintr {
+		t.Errorf("%d rounds failed with EINTR, %d notifications gone before the SEND: the test did not make the case it checks", eintr, gone.Load())
 	}
 }

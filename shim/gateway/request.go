@@ -496,12 +496,11 @@ func (r *Request) ended(err error) {
 // commitWrite is commit for an answer that comes with data written into
 // the caller's memory first (msgrcv's message: n bytes at addr, written
 // by write). If the answer is not taken, the data written is put back as
-// it was where a signal could have raced (the old bytes are read first
-// only then). A write that faults is answered EFAULT and counts as taken,
-// as Linux consumes a message whose copy-out fails. While a freeze is
-// being made nothing is written: the commit is refused (the message stays
-// where it was) and the call parked, to be served again at the fence's
-// end (freeze.go).
+// it was (the old bytes are read first). A write that faults is answered
+// EFAULT and counts as taken, as Linux consumes a message whose copy-out
+// fails. While a freeze is being made nothing is written: the commit is
+// refused (the message stays where it was) and the call parked, to be
+// served again at the fence's end (freeze.go).
 func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
 	pre, raced, ok := r.claimCommit()
 	if !ok {
@@ -521,19 +520,21 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	if r.parkIfFenced() {
 		return false
 	}
-	if raced {
-		saved = make([]byte, n)
-		if r.Task.ReadMem(addr, saved) != nil {
-			saved = nil
-		}
+	// What the buffer held, put back if the task does not take the
+	// answer: natively a msgrcv that fails wrote nothing. Saved whether
+	// or not a signal may race: a SEND is refused too when a signal
+	// comes after the check (TestMsgrcvInterruptedBuffer), and the
+	// commit is refused when a fence rises during the write.
+	saved = make([]byte, n)
+	if r.Task.ReadMem(addr, saved) != nil {
+		saved = nil
 	}
 	// The write is made outside the fence's read lock: it can fault in
 	// the caller's pages (swap, a file mapping served by a FUSE daemon in
 	// a frozen container), and a Freezing waiting for the lock would hold
 	// up every answer of every container meanwhile. The lock covers the
 	// check and the SEND only; a freeze begun during the write refuses
-	// the commit (the bytes written are put back only where a signal may
-	// race, as when a SEND is refused).
+	// the commit, and the bytes written are put back.
 	if err := write(); err != nil {
 		// Linux consumed the message: EFAULT, kept for the fence's end
 		// if one is up.
