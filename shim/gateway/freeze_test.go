@@ -176,16 +176,64 @@ func (f *freezer) failedPause() {
 	if f.noFence {
 		return
 	}
+	// The count before the fence: calls can park as soon as it is up,
+	// and once the program's msgrcv calls are parked the queue fills
+	// and no other call parks (answers of 0 go through ADDFD) until the
+	// fence's end.
+	parked := f.g.Stats.Parked.Load()
 	end := f.raiseFence()
 	defer end()
-	parked := f.g.Stats.Parked.Load()
 	deadline := time.Now().Add(30 * time.Second)
 	for f.g.Stats.Parked.Load() == parked {
 		if time.Now().After(deadline) {
+			logStats(f.t, f.g)
+			f.t.Logf("the program's tasks:\n%s", f.tasks())
+			f.t.Logf("the test's threads not SCHED_OTHER: %v", rtThreads())
 			f.t.Fatal("nothing parked behind the fence after 30s")
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// tasks describes the cgroup's tasks for a failure: tid, state and
+// wait channel of each thread of each process.
+func (f *freezer) tasks() string {
+	var b strings.Builder
+	procs, _ := os.ReadFile(filepath.Join(f.dir, "cgroup.procs"))
+	for _, p := range strings.Fields(string(procs)) {
+		ents, _ := os.ReadDir(filepath.Join("/proc", p, "task"))
+		for _, e := range ents {
+			dir := filepath.Join("/proc", p, "task", e.Name())
+			stat, _ := os.ReadFile(filepath.Join(dir, "stat"))
+			wchan, _ := os.ReadFile(filepath.Join(dir, "wchan"))
+			state := "?"
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) {
+				state = string(stat[i+2])
+			}
+			fmt.Fprintf(&b, "  %s/%s %s %s\n", p, e.Name(), state, wchan)
+		}
+	}
+	return b.String()
+}
+
+// rtThreads lists the test process's threads whose scheduling policy is
+// not SCHED_OTHER (field 41 of /proc/self/task/*/stat).
+func rtThreads() []string {
+	var rt []string
+	ents, _ := os.ReadDir("/proc/self/task")
+	for _, e := range ents {
+		stat, _ := os.ReadFile(filepath.Join("/proc/self/task", e.Name(), "stat"))
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		// Fields after the comm start at field 3.
+		fs := strings.Fields(string(stat[i+1:]))
+		if len(fs) > 38 && fs[38] != "0" {
+			rt = append(rt, e.Name()+":policy="+fs[38])
+		}
+	}
+	return rt
 }
 
 // resume thaws the cgroup, as the shim's Resume does.
