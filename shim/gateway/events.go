@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
 )
@@ -17,6 +18,14 @@ import (
 // makes the engines do (cancel a sleeper, apply SEM_UNDO) is queued as an
 // action and run by syncEvents, under actMu and no other lock. Order:
 // actMu, then evMu; actMu, then engine locks; engine locks, then evMu.
+//
+// Every queued action runs without waiting for another call: a drain
+// that cannot run them (syncEventsLocked, await: an engine lock is held)
+// leaves them queued and empties the ring, so the event loop, woken by
+// the ring, finds nothing pending and sleeps again. queue therefore
+// kicks runActions, which runs them as soon as the locks allow. (Without
+// it a killed process's SEM_UNDO, and the wakeups it makes, waited for
+// the next call the shim served: TestQueuedActionsRun.)
 
 // interruption records a trapped call of a thread that the kernel
 // interrupted: the thread's next notification may be its restart. Its
@@ -126,22 +135,46 @@ func (g *Gateway) drainLocked() {
 	}
 }
 
-// queue adds an action for the next syncEvents. evMu is held.
+// queue adds an action for the next syncEvents, and makes sure there is
+// one. evMu is held.
 func (g *Gateway) queue(a func()) {
 	g.actions = append(g.actions, a)
 	g.queued.Add(1)
+	select {
+	case g.kick <- struct{}{}:
+	default: // a kick is already pending
+	}
+}
+
+// runActions runs the actions queued by drains that could not run them.
+func (g *Gateway) runActions(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.kick:
+			g.syncEvents()
+		}
+	}
 }
 
 // eventLoop applies events as they come, so that a sleeper's signal or a
 // process's exit takes effect without waiting for a call to be served.
 func (g *Gateway) eventLoop(ctx context.Context) {
 	for {
+		if h := eventLoopHook.Load(); h != nil {
+			(*h)(g)
+		}
 		if err := g.tr.Wait(ctx); err != nil {
 			return
 		}
 		g.syncEvents()
 	}
 }
+
+// eventLoopHook, if set, runs in the event loop before each wait for
+// the ring: tests use it to hold the loop there.
+var eventLoopHook atomic.Pointer[func(g *Gateway)]
 
 // apply applies one event. evMu is held.
 func (g *Gateway) apply(ev *tasktrace.Event) {

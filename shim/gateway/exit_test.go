@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/semengine"
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 )
 
@@ -85,5 +87,91 @@ func TestExitUndo(t *testing.T) {
 			}
 			time.Sleep(100 * time.Microsecond)
 		}
+	}
+}
+
+// TestQueuedActionsRun: a process holding a SEM_UNDO unit is killed and
+// its exit is applied by a drain that cannot run what it calls for (the
+// one an answer's commit makes, holding an engine lock) while the event
+// loop is away from the ring. The SEM_UNDO must still be applied without
+// another call: the event loop, woken by the ring, finds it empty, and
+// before the fix the adjustment (and any sleeper it would wake) waited
+// for the next call the shim served. TestExitUndo failed this way under
+// load, when a commit's drain took the exit.
+func TestQueuedActionsRun(t *testing.T) {
+	bin := buildC(t, "testdata/undoprog.c")
+	if why := harness.Supported(); why != "" {
+		t.Skip(why)
+	}
+	// Hold the event loop before it waits for the ring, until released.
+	release, parked := make(chan struct{}), make(chan *gateway.Gateway, 1)
+	unhook := gateway.SetEventLoopHook(func(g *gateway.Gateway) {
+		select {
+		case parked <- g:
+		default:
+		}
+		<-release
+	})
+	defer unhook()
+	var once sync.Once
+	releaseLoop := func() { once.Do(func() { close(release) }) }
+	defer releaseLoop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eng := harness.NewEnginesByInode()
+	g, addr, _ := startGateway(ctx, t, eng, nil)
+	select {
+	case pg := <-parked:
+		if pg != g {
+			t.Fatal("another gateway's event loop was held")
+		}
+	case <-ctx.Done():
+		t.Fatal("the event loop never reached its wait")
+	}
+	cmd := harness.Command(addr, bin, "one")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready 3\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("trapped run printed %q, want \"ready 3\"", line)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// The exit is reported before the parent's wait returns; drain it
+	// the way a commit does.
+	for g.Stats.Exits.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the exit was never reported")
+		}
+		g.SyncEventsLocked()
+		time.Sleep(100 * time.Microsecond)
+	}
+	releaseLoop()
+	inos := eng.Inodes()
+	if len(inos) != 1 {
+		t.Fatalf("%d namespaces served, want 1", len(inos))
+	}
+	root := &ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}
+	e := eng.Sem(inos[0])
+	id, err := e.Semget(root, 0x55, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		v, err := e.Get(root, id, 0, semengine.GetVal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == 5 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("semval %d: the killed process's SEM_UNDO was never applied", v)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }

@@ -129,3 +129,14 @@ func SetAnswerHook(f func(r *Request)) func() {
 // SendRefused reports whether the kernel refused an answer to r because
 // its notification was gone.
 func (r *Request) SendRefused() bool { return r.gone.Load() }
+
+// SetEventLoopHook makes f run in every gateway's event loop before each
+// wait for the kernel's reports; the returned func removes it.
+func SetEventLoopHook(f func(g *Gateway)) func() {
+	eventLoopHook.Store(&f)
+	return func() { eventLoopHook.Store(nil) }
+}
+
+// SyncEventsLocked applies the kernel's reports as an answer being
+// committed does: the actions they call for are left queued.
+func (g *Gateway) SyncEventsLocked() { g.syncEventsLocked() }

@@ -158,6 +158,8 @@ type Gateway struct {
 	// actions queued and not yet run to completion.
 	seqNow atomic.Uint64
 	queued atomic.Int64
+	// kick wakes runActions when an action is queued (capacity 1).
+	kick chan struct{}
 
 	// fenceMu protects fences, and is held for reading across each
 	// plain SEND of an answer and each parking (sendUnfenced, keep,
@@ -194,7 +196,8 @@ func New(ctx context.Context, table EngineTable) (*Gateway, error) {
 	g := &Gateway{engines: table, trReady: make(chan struct{}), ctx: ctx, SyncWakeUp: true,
 		Defaults: ListenerOptions{NSFixed: true, IDsFixed: false},
 		tasks:    map[int]*Task{}, procs: map[int]*process{}, pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
-		watched: map[uint64]bool{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{})}
+		watched: map[uint64]bool{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{}),
+		kick: make(chan struct{}, 1)}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -204,6 +207,11 @@ func New(ctx context.Context, table EngineTable) (*Gateway, error) {
 		}
 		close(g.trReady)
 		if g.trErr == nil {
+			g.wg.Add(1)
+			go func() {
+				defer g.wg.Done()
+				g.runActions(ctx)
+			}()
 			g.eventLoop(ctx)
 		}
 	}()
