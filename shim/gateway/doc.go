@@ -89,7 +89,10 @@ package gateway
 //   - Exits are causal. A process's SEM_UNDO adjustments (EngineTable.Exit)
 //     and its threads' departure from every queue take effect before any
 //     later call of any process is served, and before a host query
-//     (SyncEvents) is answered.
+//     (SyncEvents) is answered. They take effect when no call follows
+//     too: a drain that cannot run the actions (it holds an engine lock:
+//     a commit's, await's) leaves them to runActions, so a sleeper that a
+//     killed process's SEM_UNDO wakes does not wait for another call.
 //   - A cached identity is never stale. A thread's Task is dropped when
 //     its exit or exec is applied, before its tid can name another task;
 //     credential and namespace changes are trapped (setuid family,
