@@ -81,7 +81,8 @@ func TestRaceSigDebug(t *testing.T) {
 // gateway: a process holding SEM_UNDO units, killed asleep (SIGKILL) or
 // exiting by itself, hundreds of times; the parent's waitpid or the EOF
 // of a pipe the child held must find the adjustment applied and the
-// sleeper gone from GETNCNT, every time.
+// sleeper gone from GETNCNT, every time; and a parent asleep for the
+// units must be woken by the adjustment, with no call after the exit.
 func TestExitCausality(t *testing.T) {
 	bin := buildC(t, "testdata/exitcause.c")
 	reps := "300"
