@@ -101,6 +101,11 @@ func (g *Gateway) syncEvents() {
 	g.drainLocked()
 	acts := g.actions
 	g.actions = nil
+	// The kick for what was queued so far is spent: these run here.
+	select {
+	case <-g.kick:
+	default:
+	}
 	g.evMu.Unlock()
 	for _, a := range acts {
 		a()
