@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -383,15 +384,38 @@ func (s *Service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 // Frozen takes them off their queues. Resumed, they call again. A
 // ballast helper frozen with the container (cgroup v2) is let go
 // (EngineTable.Paused).
+//
+// runc's freeze on cgroup v1 can fail on a loaded machine: it writes
+// FROZEN up to 1000 times, thawing briefly every 50, and a task that
+// waits longer than that for a CPU keeps the cgroup FREEZING; runc then
+// thaws it and fails "unable to freeze" (runc#2791: "still a game of
+// chances"). The container is then running as before, so Pause tries
+// again, up to pauseTries times, with the fence kept up.
 func (s *Service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
 	end := s.gw.FreezingContainer(r.ID)
 	defer end()
 	resp, err := s.TTRPCTaskService.Pause(ctx, r)
+	for try := 2; err != nil && try <= pauseTries && freezeLost(err) && ctx.Err() == nil; try++ {
+		log.G(ctx).WithError(err).Warnf("pause %s: runc could not freeze the container; try %d of %d", r.ID, try, pauseTries)
+		resp, err = s.TTRPCTaskService.Pause(ctx, r)
+	}
 	if err == nil {
 		s.gw.Frozen()
 		s.ns.Paused(r.ID)
 	}
 	return resp, err
+}
+
+// pauseTries bounds runc pause's tries in Pause.
+const pauseTries = 4
+
+// freezeLost reports whether err is runc's failure to freeze in time:
+// on cgroup v1 after its tries (it thawed the container), on cgroup v2
+// after its timeout (cgroup.freeze stays 1: a try writes it again). The
+// error reaches the shim as text only.
+func freezeLost(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "unable to freeze") || strings.Contains(msg, "waiting for the cgroup to freeze")
 }
 
 // nsChanges says in words how the gateway learns of a thread changing

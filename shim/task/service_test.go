@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	ptypes "github.com/containerd/containerd/v2/pkg/protobuf/types"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -201,5 +203,53 @@ func TestWarmSpecParses(t *testing.T) {
 	}
 	if s.Linux == nil || s.Linux.Seccomp == nil || len(s.Linux.Seccomp.Syscalls) == 0 || s.Process == nil || s.Linux.Resources == nil {
 		t.Fatalf("warm-up spec lacks parts: %+v", s)
+	}
+}
+
+// pauseRunc fails its first fails pauses the way runc does when its
+// freeze loses to a loaded machine, or with err if set.
+type pauseRunc struct {
+	taskAPI.TTRPCTaskService
+	fails, paused int
+	err           error
+}
+
+func (f *pauseRunc) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
+	f.paused++
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.paused <= f.fails {
+		// As containerd's runc shim returns it (errgrpc over ttrpc).
+		return nil, errgrpc.ToGRPC(fmt.Errorf("OCI runtime pause failed: unable to freeze: %w", errdefs.ErrUnknown))
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// Pause tries runc pause again when runc's freeze lost to the load (it
+// thawed the container), up to pauseTries times, and not for other errors.
+func TestPauseTriesAgain(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gw, err := gateway.New(ctx, NewEngineTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		f         pauseRunc
+		wantErr   bool
+		wantTries int
+	}{
+		{"lost twice", pauseRunc{fails: 2}, false, 3},
+		{"lost every time", pauseRunc{fails: 100}, true, pauseTries},
+		{"other error", pauseRunc{err: errgrpc.ToGRPC(errdefs.ErrNotFound)}, true, 1},
+	} {
+		f := c.f
+		s := &Service{TTRPCTaskService: &f, ctx: ctx, ns: NewEngineTable(), gw: gw}
+		_, err := s.Pause(ctx, &taskAPI.PauseRequest{ID: "c1"})
+		if (err != nil) != c.wantErr || f.paused != c.wantTries {
+			t.Errorf("%s: err %v after %d tries, want error %v after %d", c.name, err, f.paused, c.wantErr, c.wantTries)
+		}
 	}
 }
