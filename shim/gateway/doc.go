@@ -324,7 +324,9 @@ package gateway
 //     runc checkpoint, which has CRIU freeze the container's cgroup:
 //     the shim's Checkpoint raises no fence.
 //   - For as long as runc pause takes (tens of ms: runc's start, the
-//     freeze and its retries), the paused container's answers other
+//     freeze and its retries; longer on a loaded machine, where the
+//     shim's Pause may run runc pause up to 4 times), the paused
+//     container's answers other
 //     than 0 wait, and those of 0 go through ADDFD (with its cost on fd
 //     0, below); before FreezingContainer the fence covered every
 //     container the shim serves. A container of another shim whose
