@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,31 +63,10 @@ func TestExitUndo(t *testing.T) {
 		if len(inos) < 2 {
 			t.Fatalf("%d namespaces served, want 2", len(inos))
 		}
-		for {
-			done := 0
-			for _, ino := range inos {
-				e := eng.Sem(ino)
-				id, err := e.Semget(&ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}, 0x55, 1, 0)
-				if err != nil {
-					t.Fatalf("ns %d: %v", ino, err)
-				}
-				v, err := e.Get(&ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}, id, 0, semengine.GetVal)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v == 5 {
-					done++
-				}
-			}
-			if done == len(inos) {
-				t.Logf("%v: SEM_UNDO applied in %d namespaces %v after the exit", kill, len(inos), time.Since(exited))
-				break
-			}
-			if time.Since(exited) > 10*time.Second {
-				t.Fatalf("%v: SEM_UNDO not applied in all namespaces after 10s", kill)
-			}
-			time.Sleep(100 * time.Microsecond)
+		if err := awaitSemval(eng, inos, 0x55, 5, exited.Add(10*time.Second)); err != nil {
+			t.Fatalf("%v: SEM_UNDO not applied in all namespaces: %v", kill, err)
 		}
+		t.Logf("%v: SEM_UNDO applied in %d namespaces %v after the exit", kill, len(inos), time.Since(exited))
 	}
 }
 
@@ -157,22 +137,40 @@ func TestQueuedActionsRun(t *testing.T) {
 	if len(inos) != 1 {
 		t.Fatalf("%d namespaces served, want 1", len(inos))
 	}
-	root := &ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}
-	e := eng.Sem(inos[0])
-	id, err := e.Semget(root, 0x55, 1, 0)
-	if err != nil {
-		t.Fatal(err)
+	deadline, _ := ctx.Deadline()
+	if err := awaitSemval(eng, inos, 0x55, 5, deadline); err != nil {
+		t.Fatalf("the killed process's SEM_UNDO was never applied: %v", err)
 	}
+}
+
+// awaitSemval waits until semaphore 0 of the set with key has the value
+// want in the engine of every namespace in inos, asking the engines as a
+// caller with every capability would. It returns an error naming each
+// namespace still short once deadline has passed, or at the first failed
+// semget or GETVAL.
+func awaitSemval(eng *harness.EnginesByInode, inos []uint64, key int32, want int, deadline time.Time) error {
+	root := &ipcns.Caller{Creds: ipcns.Creds{Caps: ^ipcns.CapSet(0)}}
 	for {
-		v, err := e.Get(root, id, 0, semengine.GetVal)
-		if err != nil {
-			t.Fatal(err)
+		var short []string
+		for _, ino := range inos {
+			e := eng.Sem(ino)
+			id, err := e.Semget(root, key, 1, 0)
+			if err != nil {
+				return fmt.Errorf("ns %d: semget(%#x): %w", ino, key, err)
+			}
+			v, err := e.Get(root, id, 0, semengine.GetVal)
+			if err != nil {
+				return fmt.Errorf("ns %d: GETVAL: %w", ino, err)
+			}
+			if v != want {
+				short = append(short, fmt.Sprintf("ns %d: semval %d", ino, v))
+			}
 		}
-		if v == 5 {
-			return
+		if len(short) == 0 {
+			return nil
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("semval %d: the killed process's SEM_UNDO was never applied", v)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("want semval %d; %s", want, strings.Join(short, ", "))
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
