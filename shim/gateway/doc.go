@@ -376,8 +376,12 @@ package gateway
 //     the gateway looks, is missed (a window of well under a µs; not
 //     seen in TestSignalRainDifferential's millions of signals).
 //   - A process that signals itself or its threads without pause fills
-//     the event ring: the kernel drops events (Stats.EventsLost, logged),
-//     and an interruption or exit of that shim's tasks may be missed.
+//     the event ring's signal share (three quarters): the kernel drops
+//     signal events (Stats.SignalEventsLost, logged at most once a
+//     second), and an interruption of that shim's tasks may be missed.
+//     Exits and execs keep the last quarter to themselves
+//     (TestSignalStormSparesExits); only exits that fill it alone are
+//     lost (Stats.ExitEventsLost), and with them a process's SEM_UNDO.
 //     A drain whose receivers are starved (a storm made slow: -race,
 //     every read handing the turn on) can still wait its full 200 ms;
 //     such late drains are logged at most once a second.

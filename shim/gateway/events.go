@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
 )
@@ -134,10 +135,24 @@ func (g *Gateway) drainLocked() {
 		g.drained = make(chan struct{})
 	}
 	if lost := g.tr.Lost(); lost != g.lostSeen {
-		g.logf("gateway: the kernel dropped %d task events (ring full): signals and exits may have been missed", lost-g.lostSeen)
-		g.lostSeen = lost
-		g.Stats.EventsLost.Store(int64(lost))
+		g.lostLocked(lost)
 	}
+}
+
+// lostLocked records that the kernel dropped events (a full ring) and
+// logs it, at most once a second with the counts so far: a container
+// that signals itself without pause drops events at every drain, and must
+// not flood the shim's log. evMu is held.
+func (g *Gateway) lostLocked(lost tasktrace.Losses) {
+	g.lostSeen = lost
+	g.Stats.SignalEventsLost.Store(int64(lost.Signals))
+	g.Stats.ExitEventsLost.Store(int64(lost.Lifecycle))
+	if time.Since(g.lostLogged) < time.Second {
+		return
+	}
+	g.lostLogged = time.Now()
+	g.logf("gateway: the kernel dropped task events (ring full): %d signal events so far (an interrupted call may be answered inexactly), %d exit and exec events (a process's exit and SEM_UNDO may have been missed)",
+		lost.Signals, lost.Lifecycle)
 }
 
 // queue adds an action for the next syncEvents, and makes sure there is

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/seccompnotify"
@@ -64,8 +65,10 @@ type Stats struct {
 	Awaited, Discarded, Unsettled atomic.Int64
 	// Exits counts processes whose exit was applied.
 	Exits atomic.Int64
-	// EventsLost is the number of kernel events lost to a full ring.
-	EventsLost atomic.Int64
+	// SignalEventsLost and ExitEventsLost count the kernel's signal
+	// events, and its exit and exec events, lost to a full ring
+	// (tasktrace.Losses).
+	SignalEventsLost, ExitEventsLost atomic.Int64
 	// Resent counts restarts answered with the answer the kernel
 	// discarded when it interrupted the call they restart (or that was
 	// parked while a freeze was made).
@@ -145,11 +148,14 @@ type Gateway struct {
 	actMu sync.Mutex
 	// evMu guards the ring's reading, the fields below and every Task's
 	// intr field.
-	evMu     sync.Mutex
-	seq      uint64                // events applied
-	actions  []func()              // queued by events, run by syncEvents
-	intrs    map[int]*interruption // interruptions of threads not (yet) known, by tid
-	lostSeen uint64
+	evMu    sync.Mutex
+	seq     uint64                // events applied
+	actions []func()              // queued by events, run by syncEvents
+	intrs   map[int]*interruption // interruptions of threads not (yet) known, by tid
+	// lostSeen is what the tracer had lost at the last drain, lostLogged
+	// when a loss was last logged (events.go).
+	lostSeen   tasktrace.Losses
+	lostLogged time.Time
 	// lateDrains counts Quiesce's drains that passed drainLimit;
 	// lateLogged is when one was last logged (drain.go).
 	lateDrains, lateLogged atomic.Int64

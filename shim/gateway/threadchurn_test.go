@@ -137,8 +137,8 @@ func TestThreadChurn(t *testing.T) {
 	}
 	t.Logf("%d threads, one semop each, 0 failures in %v; fds: baseline %d, peak %d, after %d; tasks: peak %d, after %d",
 		n, elapsed.Round(time.Millisecond), base, peak.Load(), fds, peakTasks.Load(), tasks)
-	if lost := g.Stats.EventsLost.Load(); lost != 0 {
-		t.Errorf("%d kernel events lost", lost)
+	if sig, exit := g.Stats.SignalEventsLost.Load(), g.Stats.ExitEventsLost.Load(); sig != 0 || exit != 0 {
+		t.Errorf("kernel events lost: %d signal, %d exit and exec", sig, exit)
 	}
 	if procs != 1 || tasks != 1 {
 		t.Errorf("alive process with no threads but its main one: %d tasks, %d processes, want 1 and 1", tasks, procs)

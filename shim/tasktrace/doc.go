@@ -66,4 +66,15 @@
 // news before each call it serves; Drain reads what is there; Wait blocks
 // (in Go's netpoller) until there is something. Drain and Wait must not
 // run concurrently: the caller serializes them.
+//
+// The ring is shared by two classes of events of very different rates
+// and costs when lost. A thread that signals itself without pause makes
+// two signal events per signal and can fill any ring while the reader
+// is away; a lost signal event makes an answer to that process inexact.
+// A lost exit is worse: the gateway would never apply the process's
+// SEM_UNDO or free what it held for it. So the signal programs drop their
+// event once the data not yet consumed would leave less than a quarter
+// of the ring free (bpf_ringbuf_query), and that quarter is for exits and
+// execs only: a storm drops signal events, never the exits beside it.
+// Lost counts the two classes apart.
 package tasktrace

@@ -31,7 +31,14 @@ const (
 	// orig_ax, ip on x86_64.
 	regsLen = 17 * 8
 	recLen  = offRegs + regsLen
+	// recSlot is the room a record takes in the ring: an 8-byte header
+	// and the record, rounded up to 8 bytes (kernel/bpf/ringbuf.c).
+	recSlot = (8 + recLen + 7) &^ 7
 )
+
+// bpfRbAvailData is bpf_ringbuf_query's flag for the amount of data not
+// yet consumed (BPF_RB_AVAIL_DATA).
+const bpfRbAvailData = 0
 
 // Offsets into x86_64's struct pt_regs (arch/x86/include/asm/ptrace.h),
 // which the kernel's BTF confirms at load (checkRegs).
@@ -207,18 +214,39 @@ func watchedTask(l *kernelLayout, watched *ebpf.Map) asm.Instructions {
 	}
 }
 
+// Loss counter slots: how many events of each class the kernel could not
+// record.
+const (
+	lostSignals   = 0 // Deliver, Generate
+	lostLifecycle = 1 // Exit, Exec
+)
+
 // reserve emits: R8 = a new record of the ring with kind, tid and tgid of
 // the task in R7 filled in and the rest zeroed; on a full ring, count the
-// loss in lost[0] and return.
+// loss in its class's slot of lost and return. A signal event is also
+// dropped (and counted) when the data not yet consumed would leave less
+// than lifecycleRoom free: that room is for exits and execs only, so a
+// signal storm cannot crowd them out.
 func reserve(l *kernelLayout, ring, lost *ebpf.Map, kind int32) asm.Instructions {
-	ins := asm.Instructions{
+	slot := int64(lostLifecycle)
+	var ins asm.Instructions
+	if kind == kindDeliver || kind == kindGenerate {
+		slot = lostSignals
+		ins = append(ins,
+			asm.LoadMapPtr(asm.R1, ring.FD()),
+			asm.Mov.Imm(asm.R2, bpfRbAvailData),
+			asm.FnRingbufQuery.Call(),
+			asm.JGT.Imm(asm.R0, ringSize-lifecycleRoom-recSlot, "lost"),
+		)
+	}
+	ins = append(ins,
 		asm.LoadMapPtr(asm.R1, ring.FD()),
 		asm.Mov.Imm(asm.R2, recLen),
 		asm.Mov.Imm(asm.R3, 0),
 		asm.FnRingbufReserve.Call(),
 		asm.JNE.Imm(asm.R0, 0, "reserved"),
-		// lost[0]++
-		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
+		// lost[slot]++
+		asm.StoreImm(asm.RFP, -8, slot, asm.Word).WithSymbol("lost"),
 		asm.LoadMapPtr(asm.R1, lost.FD()),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -8),
@@ -233,7 +261,7 @@ func reserve(l *kernelLayout, ring, lost *ebpf.Map, kind int32) asm.Instructions
 		asm.StoreMem(asm.R8, offTid, asm.R1, asm.Word),
 		asm.LoadMem(asm.R1, asm.R7, int16(l.TaskTgid), asm.Word),
 		asm.StoreMem(asm.R8, offTgid, asm.R1, asm.Word),
-	}
+	)
 	for off := offSig; off < recLen; off += 4 {
 		ins = append(ins, asm.StoreImm(asm.R8, int16(off), 0, asm.Word))
 	}

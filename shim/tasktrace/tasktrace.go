@@ -122,12 +122,28 @@ type Tracer struct {
 	// closed is set by Close; lostAtClose is Lost's last value. Guarded by
 	// closeMu.
 	closed      bool
-	lostAtClose uint64
+	lostAtClose Losses
 }
 
-// ringSize is the ring's data size: 1 MiB holds ~5,000 records, several
+// Losses counts the events the kernel could not record, by class.
+type Losses struct {
+	// Signals counts Deliver and Generate events dropped: the ring was
+	// full but for the room kept for exits and execs.
+	Signals uint64
+	// Lifecycle counts Exit and Exec events dropped: the ring was full.
+	Lifecycle uint64
+}
+
+// ringSize is the ring's data size: 1 MiB holds ~5,900 records, several
 // seconds of a signal storm while the reader is delayed.
 const ringSize = 1 << 20
+
+// lifecycleRoom is the part of the ring that only exits and execs may
+// fill (~1,480 records): a thread that signals itself without pause fills
+// the rest, and its signal events are then dropped, but an exit (which
+// the gateway needs to apply SEM_UNDO and free what the process held) is
+// dropped only when that many exits and execs come before the reader.
+const lifecycleRoom = ringSize / 4
 
 // DefaultCacheDir is where New keeps what it learned from the kernel's
 // BTF (cache.go): the shim's run directory, root's only, on tmpfs.
@@ -224,7 +240,7 @@ func newTracer(f *kernelFacts) (*Tracer, error) {
 	if t.events, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_events", Type: ebpf.RingBuf, MaxEntries: ringSize}); err != nil {
 		return fail(fmt.Errorf("create ring buffer: %w", err))
 	}
-	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_lost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_lost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 2,
 		Flags: unix.BPF_F_MMAPABLE}); err != nil {
 		return fail(fmt.Errorf("create lost counter: %w", err))
 	}
@@ -326,9 +342,9 @@ func (t *Tracer) Pending() bool {
 }
 
 // Lost returns how many events the kernel could not record because the
-// ring was full, since the Tracer was made. Anything reported may have
-// been missed when it grows.
-func (t *Tracer) Lost() uint64 {
+// ring was full, since the Tracer was made. Anything of a class whose
+// count grows may have been missed.
+func (t *Tracer) Lost() Losses {
 	t.closeMu.RLock()
 	defer t.closeMu.RUnlock()
 	if t.closed {
@@ -337,9 +353,11 @@ func (t *Tracer) Lost() uint64 {
 	return t.lostLocked()
 }
 
-// lostLocked reads the kernel's count of lost events; closeMu is held.
-func (t *Tracer) lostLocked() uint64 {
-	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.lostMem[0])))
+// lostLocked reads the kernel's counts of lost events (an array's
+// mapped values, 8 bytes apart); closeMu is held.
+func (t *Tracer) lostLocked() Losses {
+	at := func(slot int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.lostMem[8*slot]))) }
+	return Losses{Signals: at(lostSignals), Lifecycle: at(lostLifecycle)}
 }
 
 // Drain calls f for every event recorded so far, in the order the kernel
