@@ -199,7 +199,7 @@ func (g *Gateway) sweep(ino uint64, all bool) {
 			continue
 		}
 		t.mu.Lock()
-		if c := t.call; c != nil && c.wait != nil && (all || t.proc.mayBeSignalled(c.recvSeq)) {
+		if c := t.call; c != nil && c.wait != nil && (all || g.mayBeSignalled(t.proc, c.recvSeq)) {
 			sleeping = append(sleeping, c)
 		}
 		t.mu.Unlock()

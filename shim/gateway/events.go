@@ -139,11 +139,27 @@ func (g *Gateway) drainLocked() {
 	}
 }
 
-// lostLocked records that the kernel dropped events (a full ring) and
-// logs it, at most once a second with the counts so far: a container
-// that signals itself without pause drops events at every drain, and must
-// not flood the shim's log. evMu is held.
+// lostLocked makes up for events the kernel dropped (a full ring), and
+// logs the loss at most once a second with the counts so far: a
+// container that signals itself without pause drops events at every
+// drain, and must not flood the shim's log. evMu is held.
+//
+// A dropped signal event is taken as a signal queued for every process,
+// at a sequence number of its own: until a process takes a signal, its
+// answers are sent as if a signal may race with them, and its sleepers
+// are probed by every sweep. A dropped exit or exec (only when exits fill
+// the ring's last quarter, tasktrace.lifecycleRoom) is made up for in
+// part: a sweep of every sleeper takes a dead thread's call off its
+// queue; the process's SEM_UNDO is not applied.
 func (g *Gateway) lostLocked(lost tasktrace.Losses) {
+	if lost.Signals != g.lostSeen.Signals {
+		g.seq++
+		g.seqNow.Store(g.seq)
+		g.sigLostSeq.Store(g.seq)
+	}
+	if lost.Lifecycle != g.lostSeen.Lifecycle {
+		g.queue(func() { g.sweep(0, true) })
+	}
 	g.lostSeen = lost
 	g.Stats.SignalEventsLost.Store(int64(lost.Signals))
 	g.Stats.ExitEventsLost.Store(int64(lost.Lifecycle))

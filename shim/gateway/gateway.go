@@ -149,13 +149,16 @@ type Gateway struct {
 	// evMu guards the ring's reading, the fields below and every Task's
 	// intr field.
 	evMu    sync.Mutex
-	seq     uint64                // events applied
+	seq     uint64                // events applied, and drains that found signal events lost
 	actions []func()              // queued by events, run by syncEvents
 	intrs   map[int]*interruption // interruptions of threads not (yet) known, by tid
 	// lostSeen is what the tracer had lost at the last drain, lostLogged
 	// when a loss was last logged (events.go).
 	lostSeen   tasktrace.Losses
 	lostLogged time.Time
+	// sigLostSeq is the event sequence number given to the last drain
+	// that found signal events dropped (mayBeSignalled).
+	sigLostSeq atomic.Uint64
 	// lateDrains counts Quiesce's drains that passed drainLimit;
 	// lateLogged is when one was last logged (drain.go).
 	lateDrains, lateLogged atomic.Int64

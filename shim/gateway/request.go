@@ -193,7 +193,7 @@ func (r *Request) fateWindow() (pre uint64, raced bool) {
 	pre = r.g.seqNow.Load()
 	t.sigFrom = pre
 	t.mu.Unlock()
-	return pre, t.proc.mayBeSignalled(r.recvSeq)
+	return pre, r.g.mayBeSignalled(t.proc, r.recvSeq)
 }
 
 // startAnswer claims the right to answer (only the first answer counts)
@@ -348,7 +348,7 @@ func (r *Request) claimCommit() (pre uint64, raced, ok bool) {
 func (r *Request) taken(pre uint64, raced bool) bool {
 	if !raced {
 		r.g.syncEventsLocked()
-		if r.Task.proc.sigGen.Load() <= pre {
+		if r.g.lastSignal(r.Task.proc) <= pre {
 			// No signal was queued for the process before the SEND
 			// completed: the kernel cannot have discarded the answer.
 			return true
@@ -435,7 +435,7 @@ func (r *Request) await(pre uint64) bool {
 			return true
 		case t.dead.Load():
 			return true
-		case t.proc.sigDel.Load() > pre && t.proc.sigDel.Load() >= t.proc.sigGen.Load():
+		case t.proc.sigDel.Load() > pre && t.proc.sigDel.Load() >= g.lastSignal(t.proc):
 			// Every signal queued for the process since was taken, by
 			// other threads: none interrupted this one.
 			return true

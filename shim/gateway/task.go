@@ -143,10 +143,19 @@ type process struct {
 
 // mayBeSignalled reports whether a signal queued for p before event
 // sequence number since, or after it, may not have been taken yet: an
-// answer to one of p's threads could then race with a signal.
-func (p *process) mayBeSignalled(since uint64) bool {
-	gen := p.sigGen.Load()
+// answer to one of p's threads could then race with a signal. A drain
+// that found signal events dropped (sigLostSeq) counts as a signal
+// queued for every process: the dropped one may have been p's.
+func (g *Gateway) mayBeSignalled(p *process, since uint64) bool {
+	gen := g.lastSignal(p)
 	return gen > since || gen > p.sigDel.Load()
+}
+
+// lastSignal returns the event sequence number of the last signal that
+// may have been queued for p: its own last signal_generate, or the last
+// drain that found signal events dropped.
+func (g *Gateway) lastSignal(p *process) uint64 {
+	return max(p.sigGen.Load(), g.sigLostSeq.Load())
 }
 
 // liveCaps returns the thread's effective capabilities now (capget(2)),
