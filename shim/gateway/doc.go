@@ -378,16 +378,20 @@ package gateway
 //   - A process that signals itself or its threads without pause fills
 //     the event ring's signal share (three quarters): the kernel drops
 //     signal events (Stats.SignalEventsLost, logged at most once a
-//     second). Each drain that finds such a loss counts as a signal
-//     queued for every process (lostLocked), so answers go the raced way
-//     (ADDFD|SEND for an answer of 0, else await) and sweeps probe every
-//     sleeper until a process takes a signal again; but await learns a
-//     raced answer's fate from the thread's next signal report, which
-//     may be one of those dropped: it then waits awaitLimit and takes the
-//     answer as delivered. Exits and execs keep the last quarter to
-//     themselves (TestSignalStormSparesExits); when exits alone fill it
-//     (Stats.ExitEventsLost) a sweep takes dead threads' sleeps off their
-//     queues, but a process's SEM_UNDO is not applied.
+//     second) and keeps which thread group each was about. A drain that
+//     finds such losses counts them as a signal queued then for those
+//     processes (lostLocked; for every process if the kernel could not
+//     keep which), so their answers go the raced way (ADDFD|SEND for an
+//     answer of 0, else await) and sweeps probe their sleepers until they
+//     take a signal again; but await learns a raced answer's fate from
+//     the thread's next signal report, which may be one of those dropped:
+//     it then waits awaitLimit and takes the answer as delivered, and a
+//     dropped report of a signal taken loses what it says of the
+//     interrupted call (restart or EINTR). Exits and execs keep the last
+//     quarter to themselves (TestSignalStormSparesExits); when exits alone
+//     fill it (Stats.ExitEventsLost) a sweep takes dead threads' sleeps
+//     off their queues, but the process's SEM_UNDO is not applied and its
+//     Tasks stay in the tables until their tids are reused.
 //     A drain whose receivers are starved (a storm made slow: -race,
 //     every read handing the turn on) can still wait its full 200 ms;
 //     such late drains are logged at most once a second.

@@ -27,6 +27,10 @@ import (
 // kicks runActions, which runs them as soon as the locks allow. (Without
 // it a killed process's SEM_UNDO, and the wakeups it makes, waited for
 // the next call the shim served: TestQueuedActionsRun.)
+//
+// Events the kernel dropped (a full ring) are made up for by lostLocked.
+// The sweep it asks for after a dropped exit runs in syncEvents once
+// actMu is released: a sweep settles answers in flight, holding no lock.
 
 // interruption records a trapped call of a thread that the kernel
 // interrupted: the thread's next notification may be its restart. Its
@@ -93,9 +97,18 @@ func (in *interruption) matches(r *Request) bool {
 // answering a host-side query, gives the kernel's order: an exit, a
 // signal taken, happened before anything that could observe it.
 func (g *Gateway) syncEvents() {
-	if !g.tr.Pending() && g.queued.Load() == 0 {
+	if !g.tr.Behind(g.lostTotal.Load()) && g.queued.Load() == 0 {
 		return
 	}
+	g.applyEvents()
+	// A sweep settles answers in flight: not under actMu.
+	if g.sweepDue.Swap(false) {
+		g.sweep(0, true)
+	}
+}
+
+// applyEvents drains the ring and runs the actions queued so far.
+func (g *Gateway) applyEvents() {
 	g.actMu.Lock()
 	defer g.actMu.Unlock()
 	g.evMu.Lock()
@@ -121,7 +134,7 @@ func (g *Gateway) syncEvents() {
 // the actions they call for (they wait for the next syncEvents): for a
 // caller that holds an engine lock.
 func (g *Gateway) syncEventsLocked() {
-	if !g.tr.Pending() {
+	if !g.tr.Behind(g.lostTotal.Load()) {
 		return
 	}
 	g.evMu.Lock()
@@ -135,7 +148,14 @@ func (g *Gateway) drainLocked() {
 		g.drained = make(chan struct{})
 	}
 	if lost := g.tr.Lost(); lost != g.lostSeen {
-		g.lostLocked(lost)
+		// Taken after Lost was read: a loss counted after the take is
+		// taken at a later drain.
+		var tgids []int
+		var err error
+		if lost.Signals != g.lostSeen.Signals {
+			err = g.tr.TakeLostSignals(func(tgid int) { tgids = append(tgids, tgid) })
+		}
+		g.lostLocked(lost, tgids, err)
 	}
 }
 
@@ -144,23 +164,37 @@ func (g *Gateway) drainLocked() {
 // container that signals itself without pause drops events at every
 // drain, and must not flood the shim's log. evMu is held.
 //
-// A dropped signal event is taken as a signal queued for every process,
-// at a sequence number of its own: until a process takes a signal, its
-// answers are sent as if a signal may race with them, and its sleepers
-// are probed by every sweep. A dropped exit or exec (only when exits fill
-// the ring's last quarter, tasktrace.lifecycleRoom) is made up for in
-// part: a sweep of every sleeper takes a dead thread's call off its
-// queue; the process's SEM_UNDO is not applied.
-func (g *Gateway) lostLocked(lost tasktrace.Losses) {
-	if lost.Signals != g.lostSeen.Signals {
+// A dropped signal event is taken as a signal queued, at a sequence
+// number of its own, for the thread group it was about (or for every
+// process, when the kernel could not keep which: Losses.Unplaced): until
+// that process takes a signal, its answers go the raced way and its
+// sleepers are probed by every sweep. A dropped exit or exec (only when
+// exits fill the ring's last quarter, tasktrace.lifecycleRoom) is made up
+// for in part: a sweep of every sleeper takes a dead thread's call off
+// its queue; the process's SEM_UNDO is not applied.
+//
+// tgids are the thread groups whose signal events were dropped, as taken
+// from the tracer (takeErr: if that failed).
+func (g *Gateway) lostLocked(lost tasktrace.Losses, tgids []int, takeErr error) {
+	seen := g.lostSeen
+	g.lostSeen = lost
+	if lost.Signals != seen.Signals {
 		g.seq++
 		g.seqNow.Store(g.seq)
-		g.sigLostSeq.Store(g.seq)
+		for _, tgid := range tgids {
+			g.signalProcess(tgid).sigGen.Store(g.seq)
+		}
+		if takeErr != nil || lost.Unplaced != seen.Unplaced {
+			if takeErr != nil {
+				g.logf("gateway: %v", takeErr)
+			}
+			g.sigLostSeq.Store(g.seq)
+		}
 	}
-	if lost.Lifecycle != g.lostSeen.Lifecycle {
-		g.queue(func() { g.sweep(0, true) })
+	if lost.Lifecycle != seen.Lifecycle && !g.sweepDue.Swap(true) {
+		g.queue(func() {}) // a syncEvents runs and sweeps
 	}
-	g.lostSeen = lost
+	g.lostTotal.Store(lost.Total())
 	g.Stats.SignalEventsLost.Store(int64(lost.Signals))
 	g.Stats.ExitEventsLost.Store(int64(lost.Lifecycle))
 	if time.Since(g.lostLogged) < time.Second {

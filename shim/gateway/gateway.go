@@ -157,8 +157,15 @@ type Gateway struct {
 	lostSeen   tasktrace.Losses
 	lostLogged time.Time
 	// sigLostSeq is the event sequence number given to the last drain
-	// that found signal events dropped (mayBeSignalled).
+	// that found signal events dropped whose thread group the kernel
+	// could not keep (mayBeSignalled).
 	sigLostSeq atomic.Uint64
+	// lostTotal is lostSeen.Total(), for readers without evMu: events
+	// are pending until the losses counted were made up for.
+	lostTotal atomic.Uint64
+	// sweepDue asks the next syncEvents for a sweep of every sleeper (a
+	// lost exit).
+	sweepDue atomic.Bool
 	// lateDrains counts Quiesce's drains that passed drainLimit;
 	// lateLogged is when one was last logged (drain.go).
 	lateDrains, lateLogged atomic.Int64

@@ -1,53 +1,85 @@
 package gateway
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
 )
 
-// TestSignalLossMarksEveryProcess: once a drain finds signal events
-// dropped, any process may have a signal the gateway did not see: calls
-// received before it, and later calls of a process that has taken no
-// signal since, are answered as if a signal may race. A process that took
-// a signal after the loss is judged by its own events again. A dropped
-// exit does not mark anything (it queues a sweep instead).
-func TestSignalLossMarksEveryProcess(t *testing.T) {
-	g := &Gateway{}
-	quiet, signalled := &process{tgid: 1}, &process{tgid: 2}
+// TestSignalLossMarksItsProcess: once a drain finds signal events
+// dropped, the thread groups they were about may have a signal the
+// gateway did not see: their calls received before it, and their later
+// calls until they take a signal, are answered as if a signal may race.
+// Other processes are not marked, unless the kernel could not keep which
+// thread group a loss was about (Unplaced) or the take failed: then every
+// process is. A dropped exit does not mark anything (it asks for a sweep).
+func TestSignalLossMarksItsProcess(t *testing.T) {
+	g := &Gateway{procs: map[int]*process{}}
+	stormer, other := g.signalProcess(1), g.signalProcess(2)
 	g.evMu.Lock()
 	defer g.evMu.Unlock()
 	g.seq = 10
-	if g.mayBeSignalled(quiet, 10) {
+	if g.mayBeSignalled(stormer, 10) || g.mayBeSignalled(other, 10) {
 		t.Fatal("a process with no signal event is taken as signalled before any loss")
 	}
-	g.lostLocked(tasktrace.Losses{Lifecycle: 1})
-	if g.mayBeSignalled(quiet, 10) {
+	lost := tasktrace.Losses{Lifecycle: 1}
+	g.lostLocked(lost, nil, nil)
+	if g.mayBeSignalled(stormer, 10) || g.mayBeSignalled(other, 10) {
 		t.Error("a dropped exit event marked a process as signalled")
 	}
+	if !g.sweepDue.Load() || len(g.actions) != 1 {
+		t.Errorf("a dropped exit event: sweep due %v, %d actions queued; want a sweep and one action to run it", g.sweepDue.Load(), len(g.actions))
+	}
+	lost.Lifecycle = 2
+	g.lostLocked(lost, nil, nil)
 	if len(g.actions) != 1 {
-		t.Errorf("a dropped exit event queued %d actions, want 1 (a sweep of every sleeper)", len(g.actions))
+		t.Errorf("a second dropped exit before the sweep queued %d actions, want 1", len(g.actions))
 	}
-	g.lostLocked(tasktrace.Losses{Signals: 5, Lifecycle: 1})
-	lost := g.seq
-	if lost != 11 {
-		t.Fatalf("the loss was given sequence number %d, want 11", lost)
+
+	lost.Signals = 5
+	g.lostLocked(lost, []int{1}, nil)
+	mark := g.seq
+	if mark != 11 {
+		t.Fatalf("the loss was given sequence number %d, want 11", mark)
 	}
-	if !g.mayBeSignalled(quiet, 10) {
-		t.Error("a call received before the loss is not taken as raced")
+	if !g.mayBeSignalled(stormer, 10) || !g.mayBeSignalled(stormer, mark) {
+		t.Error("the process whose signal event was dropped is not taken as signalled")
 	}
-	if !g.mayBeSignalled(quiet, lost) {
-		t.Error("a later call of a process that took no signal since the loss is not taken as raced")
+	if g.mayBeSignalled(other, 10) {
+		t.Error("a process whose signal events were all seen is taken as signalled")
 	}
-	// The signalled process takes a signal after the loss.
+	// The stormer takes a signal after the loss.
 	g.seq++
-	signalled.sigDel.Store(g.seq)
-	if g.mayBeSignalled(signalled, g.seq) {
+	stormer.sigDel.Store(g.seq)
+	if g.mayBeSignalled(stormer, g.seq) {
 		t.Error("a process that took a signal after the loss is still taken as signalled")
 	}
-	// The same loss count seen again marks nothing new.
-	g.lostLocked(tasktrace.Losses{Signals: 5, Lifecycle: 1})
-	if g.seq != lost+1 || len(g.actions) != 1 {
-		t.Errorf("a loss already seen was taken again: seq %d, %d actions", g.seq, len(g.actions))
+
+	// The same counts seen again mark nothing new.
+	seq := g.seq
+	g.lostLocked(lost, nil, nil)
+	if g.seq != seq {
+		t.Errorf("a loss already seen was taken again: seq %d, want %d", g.seq, seq)
+	}
+
+	for _, c := range []struct {
+		name string
+		lost tasktrace.Losses
+		err  error
+	}{
+		{"unplaced", tasktrace.Losses{Signals: 6, Unplaced: 1, Lifecycle: 2}, nil},
+		{"take failed", tasktrace.Losses{Signals: 7, Unplaced: 1, Lifecycle: 2}, errors.New("no map")},
+	} {
+		g.seq++
+		other.sigDel.Store(g.seq)
+		stormer.sigDel.Store(g.seq)
+		g.lostLocked(c.lost, nil, c.err)
+		if !g.mayBeSignalled(other, g.seq) || !g.mayBeSignalled(stormer, g.seq) {
+			t.Errorf("%s: a loss the kernel could not place did not mark every process", c.name)
+		}
+	}
+	if total := g.lostTotal.Load(); total != (tasktrace.Losses{Signals: 7, Unplaced: 1, Lifecycle: 2}).Total() {
+		t.Errorf("lostTotal %d, want the last counts' total", total)
 	}
 }

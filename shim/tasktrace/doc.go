@@ -70,11 +70,13 @@
 // The ring is shared by two classes of events of very different rates
 // and costs when lost. A thread that signals itself without pause makes
 // two signal events per signal and can fill any ring while the reader
-// is away; a lost signal event makes an answer to that process inexact.
-// A lost exit is worse: the gateway would never apply the process's
-// SEM_UNDO or free what it held for it. So the signal programs drop their
-// event once the data not yet consumed would leave less than a quarter
-// of the ring free (bpf_ringbuf_query), and that quarter is for exits and
-// execs only: a storm drops signal events, never the exits beside it.
-// Lost counts the two classes apart.
+// is away; a lost signal event makes an answer to that process inexact
+// unless the reader knows whom it was about. A lost exit is worse: the
+// gateway would never apply the process's SEM_UNDO or free what it held
+// for it. So the signal programs drop their event once the data not yet
+// consumed would leave less than a quarter of the ring free
+// (bpf_ringbuf_query; each CPU may overshoot by one record), and keep the
+// thread group it was about in a map (TakeLostSignals); that quarter is
+// for exits and execs only, which are dropped only when they alone fill
+// it (~1,480 unread). Lost counts the classes apart.
 package tasktrace

@@ -219,41 +219,70 @@ func watchedTask(l *kernelLayout, watched *ebpf.Map) asm.Instructions {
 const (
 	lostSignals   = 0 // Deliver, Generate
 	lostLifecycle = 1 // Exit, Exec
+	lostUnplaced  = 2 // Deliver, Generate whose tgid lostTgids could not take
+	lostSlots     = 3
 )
+
+// lostTgidsMax bounds lostTgids: the thread groups whose signal events
+// were dropped since the reader last took them (Tracer.TakeLostSignals).
+const lostTgidsMax = 1024
+
+// maps are the maps the programs use.
+type maps struct {
+	// watched holds the inodes of the watched IPC namespaces; ring the
+	// events; lost the loss counters (slots above); lostTgids the
+	// thread groups whose signal events were dropped.
+	watched, ring, lost, lostTgids *ebpf.Map
+}
 
 // reserve emits: R8 = a new record of the ring with kind, tid and tgid of
 // the task in R7 filled in and the rest zeroed; on a full ring, count the
 // loss in its class's slot of lost and return. A signal event is also
-// dropped (and counted) when the data not yet consumed would leave less
-// than lifecycleRoom free: that room is for exits and execs only, so a
-// signal storm cannot crowd them out.
-func reserve(l *kernelLayout, ring, lost *ebpf.Map, kind int32) asm.Instructions {
-	slot := int64(lostLifecycle)
+// dropped when the data not yet consumed would leave less than
+// lifecycleRoom free: that room is for exits and execs only, so a signal
+// storm cannot crowd them out. A dropped signal event's thread group goes
+// into lostTgids (or, that map full, is counted as unplaced).
+func reserve(l *kernelLayout, m *maps, kind int32) asm.Instructions {
+	signal := kind == kindDeliver || kind == kindGenerate
 	var ins asm.Instructions
-	if kind == kindDeliver || kind == kindGenerate {
-		slot = lostSignals
+	if signal {
 		ins = append(ins,
-			asm.LoadMapPtr(asm.R1, ring.FD()),
+			asm.LoadMapPtr(asm.R1, m.ring.FD()),
 			asm.Mov.Imm(asm.R2, bpfRbAvailData),
 			asm.FnRingbufQuery.Call(),
 			asm.JGT.Imm(asm.R0, ringSize-lifecycleRoom-recSlot, "lost"),
 		)
 	}
 	ins = append(ins,
-		asm.LoadMapPtr(asm.R1, ring.FD()),
+		asm.LoadMapPtr(asm.R1, m.ring.FD()),
 		asm.Mov.Imm(asm.R2, recLen),
 		asm.Mov.Imm(asm.R3, 0),
 		asm.FnRingbufReserve.Call(),
 		asm.JNE.Imm(asm.R0, 0, "reserved"),
-		// lost[slot]++
-		asm.StoreImm(asm.RFP, -8, slot, asm.Word).WithSymbol("lost"),
-		asm.LoadMapPtr(asm.R1, lost.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "exit"),
-		asm.Mov.Imm(asm.R1, 1),
-		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+	)
+	if signal {
+		// lostTgids[tgid] = 1, else lost[unplaced]++; then lost[signals]++.
+		ins = append(ins,
+			asm.LoadMem(asm.R1, asm.R7, int16(l.TaskTgid), asm.Word).WithSymbol("lost"),
+			asm.StoreMem(asm.RFP, -16, asm.R1, asm.Word),
+			asm.StoreImm(asm.RFP, -24, 1, asm.Byte),
+			asm.LoadMapPtr(asm.R1, m.lostTgids.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, -24),
+			asm.Mov.Imm(asm.R4, 0), // BPF_ANY
+			asm.FnMapUpdateElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "count"),
+		)
+		ins = append(ins, countLoss(m.lost, lostUnplaced, "count")...)
+		count := countLoss(m.lost, lostSignals, "exit")
+		count[0] = count[0].WithSymbol("count")
+		ins = append(ins, count...)
+	} else {
+		ins = append(ins, countLoss(m.lost, lostLifecycle, "exit")...)
+	}
+	ins = append(ins,
 		asm.Ja.Label("exit"),
 		asm.Mov.Reg(asm.R8, asm.R0).WithSymbol("reserved"),
 		asm.StoreImm(asm.R8, offKind, int64(kind), asm.Word),
@@ -266,6 +295,21 @@ func reserve(l *kernelLayout, ring, lost *ebpf.Map, kind int32) asm.Instructions
 		ins = append(ins, asm.StoreImm(asm.R8, int16(off), 0, asm.Word))
 	}
 	return ins
+}
+
+// countLoss emits lost[slot]++, going on at label next if the slot
+// cannot be found (it always can: lost has lostSlots entries).
+func countLoss(lost *ebpf.Map, slot int64, next string) asm.Instructions {
+	return asm.Instructions{
+		asm.StoreImm(asm.RFP, -8, slot, asm.Word),
+		asm.LoadMapPtr(asm.R1, lost.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, next),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+	}
 }
 
 // submit emits the record's submission and the shared exit.
@@ -288,14 +332,14 @@ func rawTracepoint(name, tp string, ins asm.Instructions) *ebpf.ProgramSpec {
 // signal (inside get_signal, before a handler is set up or a restart
 // arranged): the signal, the action's handler and flags, and the
 // thread's saved user registers.
-func deliverProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSpec {
+func deliverProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.FnGetCurrentTaskBtf.Call(),
 		asm.Mov.Reg(asm.R7, asm.R0),
 	}
-	ins = append(ins, watchedTask(l, watched)...)
-	ins = append(ins, reserve(l, ring, lost, kindDeliver)...)
+	ins = append(ins, watchedTask(l, m.watched)...)
+	ins = append(ins, reserve(l, m, kindDeliver)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R1, asm.R6, 0, asm.DWord), // sig
 		asm.StoreMem(asm.R8, offSig, asm.R1, asm.Word),
@@ -320,7 +364,7 @@ func deliverProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.Progra
 // generateProgram: signal_generate(sig, info, task, group, result), in the
 // sender: a signal queued (result 0, TRACE_SIGNAL_DELIVERED) for a watched
 // thread (group 0) or process (group 1).
-func generateProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSpec {
+func generateProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R1, asm.R6, 4*8, asm.DWord), // result
@@ -328,8 +372,8 @@ func generateProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.Progr
 		asm.LoadMem(asm.R7, asm.R6, 2*8, asm.DWord), // task
 		asm.JEq.Imm(asm.R7, 0, "exit"),
 	}
-	ins = append(ins, watchedTask(l, watched)...)
-	ins = append(ins, reserve(l, ring, lost, kindGenerate)...)
+	ins = append(ins, watchedTask(l, m.watched)...)
+	ins = append(ins, reserve(l, m, kindGenerate)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R1, asm.R6, 0, asm.DWord),
 		asm.StoreMem(asm.R8, offSig, asm.R1, asm.Word),
@@ -343,14 +387,14 @@ func generateProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.Progr
 // exitProgram: sched_process_exit(p[, group_dead]), at the start of
 // do_exit in the exiting thread: whether its thread group died with it
 // (the argument, or else signal->live, which do_exit has just decremented).
-func exitProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSpec {
+func exitProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R7, asm.R6, 0, asm.DWord), // p
 		asm.JEq.Imm(asm.R7, 0, "exit"),
 	}
-	ins = append(ins, watchedTask(l, watched)...)
-	ins = append(ins, reserve(l, ring, lost, kindExit)...)
+	ins = append(ins, watchedTask(l, m.watched)...)
+	ins = append(ins, reserve(l, m, kindExit)...)
 	if l.ExitHasGroupDead {
 		ins = append(ins,
 			asm.LoadMem(asm.R1, asm.R6, 8, asm.DWord),
@@ -373,14 +417,14 @@ func exitProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSp
 
 // execProgram: sched_process_exec(p, old_pid, bprm), in the thread that
 // exec'd, by then its thread group's leader: its tid before the exec.
-func execProgram(l *kernelLayout, watched, ring, lost *ebpf.Map) *ebpf.ProgramSpec {
+func execProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R7, asm.R6, 0, asm.DWord), // p
 		asm.JEq.Imm(asm.R7, 0, "exit"),
 	}
-	ins = append(ins, watchedTask(l, watched)...)
-	ins = append(ins, reserve(l, ring, lost, kindExec)...)
+	ins = append(ins, watchedTask(l, m.watched)...)
+	ins = append(ins, reserve(l, m, kindExec)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R1, asm.R6, 8, asm.DWord),
 		asm.StoreMem(asm.R8, offA, asm.R1, asm.Word),

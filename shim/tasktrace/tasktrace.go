@@ -108,6 +108,7 @@ func (r *Regs) Args(compat32 bool) [6]uint64 {
 // Tracer loads and attaches the programs and reads their events.
 type Tracer struct {
 	watched, events, lost *ebpf.Map
+	lostTgids             *ebpf.Map // thread groups whose signal events were dropped
 	progs                 []*ebpf.Program
 	links                 []link.Link
 	ring                  *ring
@@ -128,11 +129,17 @@ type Tracer struct {
 // Losses counts the events the kernel could not record, by class.
 type Losses struct {
 	// Signals counts Deliver and Generate events dropped: the ring was
-	// full but for the room kept for exits and execs.
-	Signals uint64
+	// full but for the room kept for exits and execs. The thread group
+	// each was about is kept for TakeLostSignals, except for Unplaced of
+	// them (more than lostTgidsMax thread groups between two takes).
+	Signals, Unplaced uint64
 	// Lifecycle counts Exit and Exec events dropped: the ring was full.
 	Lifecycle uint64
 }
+
+// Total grows whenever any count does (Unplaced losses are in Signals
+// too): it tells that something was lost since.
+func (l Losses) Total() uint64 { return l.Signals + l.Unplaced + l.Lifecycle }
 
 // ringSize is the ring's data size: 1 MiB holds ~5,900 records, several
 // seconds of a signal storm while the reader is delayed.
@@ -240,9 +247,13 @@ func newTracer(f *kernelFacts) (*Tracer, error) {
 	if t.events, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_events", Type: ebpf.RingBuf, MaxEntries: ringSize}); err != nil {
 		return fail(fmt.Errorf("create ring buffer: %w", err))
 	}
-	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_lost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 2,
+	if t.lost, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_lost", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: lostSlots,
 		Flags: unix.BPF_F_MMAPABLE}); err != nil {
 		return fail(fmt.Errorf("create lost counter: %w", err))
+	}
+	if t.lostTgids, err = ebpf.NewMap(&ebpf.MapSpec{Name: "ipc_lost_tgids", Type: ebpf.Hash, KeySize: 4, ValueSize: 1,
+		MaxEntries: lostTgidsMax}); err != nil {
+		return fail(fmt.Errorf("create lost thread groups map: %w", err))
 	}
 	if t.lostMem, err = unix.Mmap(t.lost.FD(), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED); err != nil {
 		return fail(fmt.Errorf("mmap lost counter: %w", err))
@@ -250,11 +261,12 @@ func newTracer(f *kernelFacts) (*Tracer, error) {
 	if t.ring, err = openRing(t.events.FD(), ringSize); err != nil {
 		return fail(err)
 	}
+	m := &maps{watched: t.watched, ring: t.events, lost: t.lost, lostTgids: t.lostTgids}
 	specs := []*ebpf.ProgramSpec{
-		deliverProgram(l, t.watched, t.events, t.lost),
-		generateProgram(l, t.watched, t.events, t.lost),
-		exitProgram(l, t.watched, t.events, t.lost),
-		execProgram(l, t.watched, t.events, t.lost),
+		deliverProgram(l, m),
+		generateProgram(l, m),
+		exitProgram(l, m),
+		execProgram(l, m),
 	}
 	for _, spec := range specs {
 		p, err := loadRawTracepoint(spec, f.Attach[spec.AttachTo])
@@ -308,7 +320,7 @@ func (t *Tracer) Close() {
 	if t.lostMem != nil {
 		unix.Munmap(t.lostMem)
 	}
-	for _, m := range []*ebpf.Map{t.watched, t.events, t.lost} {
+	for _, m := range []*ebpf.Map{t.watched, t.events, t.lost, t.lostTgids} {
 		if m != nil {
 			m.Close()
 		}
@@ -357,7 +369,49 @@ func (t *Tracer) Lost() Losses {
 // mapped values, 8 bytes apart); closeMu is held.
 func (t *Tracer) lostLocked() Losses {
 	at := func(slot int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.lostMem[8*slot]))) }
-	return Losses{Signals: at(lostSignals), Lifecycle: at(lostLifecycle)}
+	return Losses{Signals: at(lostSignals), Unplaced: at(lostUnplaced), Lifecycle: at(lostLifecycle)}
+}
+
+// TakeLostSignals calls f with each thread group whose signal events were
+// dropped since the last take, and forgets them. Read Lost first: a
+// thread group is kept before its loss is counted, so every loss that
+// count includes was either taken here or is counted again (a later
+// loss) before it is taken.
+func (t *Tracer) TakeLostSignals(f func(tgid int)) error {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return nil
+	}
+	// Keys first, then each taken with an atomic lookup-and-delete: a
+	// hash map iterated while its keys are deleted may skip some.
+	var keys []uint32
+	var k uint32
+	var v uint8
+	it := t.lostTgids.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, k)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("tasktrace: read the lost thread groups: %w", err)
+	}
+	for _, k := range keys {
+		if err := t.lostTgids.LookupAndDelete(k, &v); err == nil {
+			f(int(k))
+		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("tasktrace: take lost thread group %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Behind reports whether events are waiting to be drained or losses
+// beyond total (a Losses.Total the caller has made up for) were counted:
+// a few atomic loads, no system call.
+func (t *Tracer) Behind(total uint64) bool {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	return !t.closed && (t.ring.pending() || t.lostLocked().Total() != total)
 }
 
 // Drain calls f for every event recorded so far, in the order the kernel

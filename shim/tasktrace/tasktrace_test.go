@@ -207,6 +207,14 @@ func TestSignalStormSparesExits(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// The thread group whose signal events were dropped is kept, once.
+	var tgids []int
+	if err := tr.TakeLostSignals(func(tgid int) { tgids = append(tgids, tgid) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(tgids) != 1 || tgids[0] != pid {
+		t.Errorf("thread groups whose signal events were dropped: %v, want [%d]", tgids, pid)
+	}
 	cmd.Process.Kill()
 	cmd.Wait() // every thread's exit was recorded (or dropped) by now
 	var signals, exits int
@@ -226,8 +234,8 @@ func TestSignalStormSparesExits(t *testing.T) {
 	if !groupDead {
 		t.Error("the process's exit (its last thread's, group dead) was not recorded")
 	}
-	if lost.Lifecycle != 0 {
-		t.Errorf("%d exit and exec events dropped", lost.Lifecycle)
+	if lost.Lifecycle != 0 || lost.Unplaced != 0 {
+		t.Errorf("%d exit and exec events dropped, %d signal events whose thread group was not kept", lost.Lifecycle, lost.Unplaced)
 	}
 }
 
