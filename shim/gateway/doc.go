@@ -363,6 +363,24 @@ package gateway
 // Open (found by review on 2026-12-05, not fixed yet; each a window of
 // microseconds unless said):
 //
+//   - A msgrcv answer judged late (found by a count loop on 2026-12-05:
+//     TestAwaitNextCallDifferential failed once in 300 quiet runs, 1 in
+//     1,500 reps). await reads the fate of an answer that is not 0 from
+//     the thread's first signal report after the SEND. If the receiver
+//     is preempted right after its SEND, long enough for the thread to
+//     take the answer, make the same call again (same arguments and
+//     instruction pointer: a loop) and be interrupted there, that call's
+//     notification goes unread (one receiver, the preempted one), and
+//     its interruption's report matches the first call: the answer is
+//     taken as discarded, the message requeued and received twice.
+//     TestAwaitLateJudgeDifferential holds the receiver there and shows
+//     it every time (a known-inexact skip). Reading the thread's state
+//     right after the SEND does not help (the preemption can come first);
+//     what would is a kernel fact that names the interrupted call: the
+//     filter's next notification id read by the signal_deliver program
+//     (ids between the answer's and it that the gateway did not receive
+//     may be the thread's next call), with the pending notifications
+//     received, not dispatched, while an answer is in doubt.
 //   - A group stop begun by another thread while a msgrcv answer is in
 //     doubt interrupts this thread with no report for it; await takes the
 //     answer as delivered. (semop answers go through ADDFD: exact.)

@@ -126,6 +126,26 @@ func SetAnswerHook(f func(r *Request)) func() {
 	return func() { answerHook.Store(nil) }
 }
 
+// SetTakenHook makes f run when an answer was sent and before its fate is
+// judged; the returned func removes it.
+func SetTakenHook(f func(r *Request)) func() {
+	takenHook.Store(&f)
+	return func() { takenHook.Store(nil) }
+}
+
+// SignalTakenSinceAnswer reports whether r's thread has taken a signal
+// since the window in which r's answer is judged opened (the kernel's
+// report was applied).
+func (r *Request) SignalTakenSinceAnswer() bool {
+	t := r.Task
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sigSeq > t.sigFrom
+}
+
+// MsgrcvFlags returns the msgflg argument of a msgrcv call.
+func (r *Request) MsgrcvFlags() uint64 { return r.Notif.Data.Args[4] }
+
 // SendRefused reports whether the kernel refused an answer to r because
 // its notification was gone.
 func (r *Request) SendRefused() bool { return r.gone.Load() }

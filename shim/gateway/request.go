@@ -346,6 +346,9 @@ func (r *Request) claimCommit() (pre uint64, raced, ok bool) {
 // were applied, was taken by the task.
 
 func (r *Request) taken(pre uint64, raced bool) bool {
+	if h := takenHook.Load(); h != nil {
+		(*h)(r)
+	}
 	if !raced {
 		r.g.syncEventsLocked()
 		if r.g.lastSignal(r.Task.proc) <= pre {
@@ -560,6 +563,11 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error)
 	restore()
 	return false
 }
+
+// takenHook, if set, runs when an answer was sent and before its fate is
+// judged: tests use it to hold the judging, as a receiver preempted
+// right after its SEND is.
+var takenHook atomic.Pointer[func(*Request)]
 
 // answerHook, if set, runs when an answer is about to be sent, before
 // the way it goes is chosen (deliver, commit, commitWrite; under the

@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +66,63 @@ func TestAwaitNextCallDifferential(t *testing.T) {
 	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "5")
 	logStats(t, g)
 	diff(t, native, trapped)
+}
+
+// TestAwaitLateJudgeDifferential is TestAwaitNextCallDifferential with
+// the receiver held after each first msgrcv's SEND until the thread has
+// taken the signal that interrupts its next, identical msgrcv: as a
+// receiver preempted right after its SEND is (TestAwaitNextCall failed
+// this way once in 300 quiet runs). The one receiver is held, so the
+// next call's notification goes unread and vanishes with the signal;
+// nothing then tells the report of its interruption from a discard of
+// the first answer (doc.go, "Open"): the message is requeued and received
+// twice. Reported as a skip (known inexact); GATEWAY_KNOWN_INEXACT=1
+// fails on it.
+func TestAwaitLateJudgeDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/awaitdup.c")
+	native, err := harness.NativeCommand(bin, "3").Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	var held atomic.Int32
+	var mu sync.Mutex
+	seen := map[int]bool{}
+	unhook := gateway.SetTakenHook(func(r *gateway.Request) {
+		// Only the answer to each child's first msgrcv: a blocking
+		// msgrcv answered with a message.
+		if r.Sysno != gateway.SysMsgrcv || r.MsgrcvFlags() != 0 {
+			return
+		}
+		mu.Lock()
+		first := !seen[r.Task.Tid]
+		seen[r.Task.Tid] = true
+		mu.Unlock()
+		if !first {
+			return
+		}
+		n := held.Add(1)
+		deadline := time.Now().Add(10 * time.Second)
+		for !r.SignalTakenSinceAnswer() {
+			if time.Now().After(deadline) {
+				t.Errorf("answer %d: the thread took no signal in 10 s", n)
+				return
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	})
+	defer unhook()
+	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "3")
+	logStats(t, g)
+	if n := held.Load(); n != 3 {
+		t.Errorf("%d answers held, want 3 (one per rep)", n)
+	}
+	if os.Getenv("GATEWAY_KNOWN_INEXACT") != "" {
+		diff(t, native, trapped)
+		return
+	}
+	if msg := firstDiff(string(native), string(trapped)); msg != "" {
+		t.Skipf("known inexact (doc.go; GATEWAY_KNOWN_INEXACT=1 fails on it):\n%s", msg)
+	}
 }
 
 // TestAwaitBlockedSignalStall measures msgrcv answers to a process that
