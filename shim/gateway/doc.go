@@ -193,7 +193,7 @@ package gateway
 // receiver waits for that answer's outcome (Request.settle) before it
 // judges.
 //
-// # Exact answers (Request.commit, commitWrite, await)
+// # Exact answers (Request.commit, commitWrite, vehicle.go, await)
 //
 // A SEND the kernel accepted can still be discarded: if a signal wakes
 // the task just before the answer, seccomp_do_user_notification takes the
@@ -201,14 +201,24 @@ package gateway
 // task's process before SEND completes. So an answer that changes state
 // is a plain SEND when no signal may race (no signal_generate for the
 // process since the call was received, none queued and not yet taken),
-// checked again after the SEND; otherwise it is either a confirmed
-// delivery (ADDFD|SEND: the ioctl returns once the task took the answer,
-// or fails) for answers of 0, or — for msgrcv's byte count, which ADDFD
-// cannot carry — a SEND whose fate the kernel reports: the task takes the
-// signal in get_signal and signal_deliver shows ax: the answer (taken) or
-// -ERESTARTSYS (discarded: undone, the message requeued, the caller's
-// buffer put back). The engine's lock is held meanwhile, so nobody sees
-// an effect that is then undone.
+// checked again after the SEND; otherwise it is a delivery whose fate the
+// kernel states: ADDFD|SEND for answers of 0 (the ioctl returns once the
+// task took the answer, or fails), and for msgrcv's message, whose byte
+// count ADDFD cannot carry, a vehicle (vehicle.go): a kernel queue made
+// in the task's own IPC namespace with the engine queue's id and the one
+// message, and a CONTINUE, so that the task's msgrcv runs natively on it
+// if it takes the answer; the queue's msg_qnum, read once the task can no
+// longer be about to run it, is the fate. A discarded answer is undone
+// (the message stays queued). The engine's lock is held meanwhile, so
+// nobody sees an effect that is then undone.
+//
+// When a signal is first seen after the SEND (the check again), or no
+// vehicle could be made (the task gone, the queue's index taken by
+// another vehicle), the fate is read from the task's next signal report
+// (await): signal_deliver shows ax, the answer (taken) or -ERESTARTSYS
+// (discarded: undone, the caller's buffer put back). That report cannot
+// tell the answered call from an identical next call interrupted before
+// any receiver read it ("Open").
 //
 // Every other answer (Request.Reply: ids, values, errors, the ctl
 // commands) comes after an effect that is not undone. It goes the same
@@ -365,28 +375,41 @@ package gateway
 //
 //   - A msgrcv answer judged late (found by a count loop on 2026-12-05:
 //     TestAwaitNextCallDifferential failed once in 300 quiet runs, 1 in
-//     1,500 reps). await reads the fate of an answer that is not 0 from
-//     the thread's first signal report after the SEND. If the receiver
-//     is preempted right after its SEND, long enough for the thread to
-//     take the answer, make the same call again (same arguments and
-//     instruction pointer: a loop) and be interrupted there, that call's
-//     notification goes unread (one receiver, the preempted one), and
-//     its interruption's report matches the first call: the answer is
-//     taken as discarded, the message requeued and received twice.
-//     TestAwaitLateJudgeDifferential holds the receiver there and shows
-//     it every time (a known-inexact skip). Reading the thread's state
-//     right after the SEND does not help (the preemption can come first);
-//     what would is a kernel fact that names the interrupted call: the
-//     filter's next notification id read by the signal_deliver program
-//     (ids between the answer's and it that the gateway did not receive
-//     may be the thread's next call), with the pending notifications
-//     received, not dispatched, while an answer is in doubt.
-//   - A group stop begun by another thread while a msgrcv answer is in
-//     doubt interrupts this thread with no report for it; await takes the
-//     answer as delivered. (semop answers go through ADDFD: exact.)
+//     1,500 reps; fixed for answers a signal may race with by vehicles,
+//     TestAwaitLateJudgeDifferential). await, still used when the signal
+//     is first seen after the SEND, reads the fate of an answer that is
+//     not 0 from the thread's first signal report after it. If the
+//     receiver is preempted right after its SEND, long enough for the
+//     thread to take the answer, make the same call again (same
+//     arguments and instruction pointer: a loop) and be interrupted there
+//     by a second signal, that call's notification goes unread (one
+//     receiver, the preempted one), and its interruption's report matches
+//     the first call: the answer is taken as discarded, the message
+//     requeued and received twice. What would tell them apart is a kernel
+//     fact at the wait's end (an fexit program on
+//     wait_for_completion_interruptible naming the notification id), but
+//     these kernels refuse fentry/fexit programs (EPERM at load, measured
+//     2026-12-06) and have no kprobes; sending every msgrcv answer by
+//     vehicle would cost each of them several system calls.
+//   - A group stop begun by another thread while a msgrcv answer is
+//     awaited interrupts this thread with no report for it; await takes
+//     the answer as delivered. (semop answers go through ADDFD, raced
+//     msgrcv answers through a vehicle, which reads the stop: exact.)
 //   - A tracee in a signal-delivery stop reports signal_deliver only when
-//     its tracer resumes it; a traced thread's answer in doubt is taken
+//     its tracer resumes it; a traced thread's awaited answer is taken
 //     as delivered after awaitLimit, as is any wait longer than that.
+//   - A thread answered by vehicle that is runnable but has not run for
+//     vehicleLimit (50 ms: a container starved of CPU) has its answer
+//     taken as delivered; if it was past its check for the answer when
+//     the CONTINUE came (woken by a signal, then preempted right there),
+//     the answer is discarded and its message lost (logged by
+//     settleLate). A vehicle needs the shim to write the namespace's
+//     msg_next_id (and msgmax, msgmnb for a message larger than they
+//     allow: refused by a user namespace's sysctl permissions, so such a
+//     container's large answers are awaited), and a host without SELinux
+//     or Smack (they would check the container's msgrcv against the
+//     shim's labels): otherwise answers are awaited. A container that
+//     mounts its own /proc sees the vehicles and the raised limits.
 //   - The check that no signal raced with a plain SEND reads
 //     signal_generate events, but the kernel writes that event after
 //     complete_signal has woken the task (__send_signal_locked): a signal
@@ -433,8 +456,9 @@ package gateway
 // taken by a swap, under evMu and Task.mu once its notification is gone
 // (unpark's keepGone, restart); unpark holds the call's serving lock, as
 // the receiver that served it did, and restart waits for it holding no
-// lock. buildMu (one thread identified at a time) comes
-// before evMu and tmu (insert). A listener's orderMu is a leaf; a
+// lock. Gateway.vnsMu and vehicleNS.mu (vehicle.go) are leaves, taken
+// under an engine lock by a commit's vehicle. buildMu (one thread
+// identified at a time) comes before evMu and tmu (insert). A listener's orderMu is a leaf; a
 // receiver waits for an earlier call's receiver (ordered) holding no
 // lock, and that one never waits for a later call. Likewise restart
 // waits, holding no lock, only for its thread's older calls

@@ -133,6 +133,14 @@ func SetTakenHook(f func(r *Request)) func() {
 	return func() { takenHook.Store(nil) }
 }
 
+// SetVehicles turns vehicles (vehicle.go) off or back on; the returned
+// func restores the setting. Benchmarks compare with the await they
+// replace.
+func SetVehicles(on bool) func() {
+	old := noVehicles.Swap(!on)
+	return func() { noVehicles.Store(old) }
+}
+
 // SignalTakenSinceAnswer reports whether r's thread has taken a signal
 // since the window in which r's answer is judged opened (the kernel's
 // report was applied).

@@ -63,6 +63,11 @@ type Stats struct {
 	// (and undone); Unsettled those for which no report came in time
 	// (taken as delivered).
 	Awaited, Discarded, Unsettled atomic.Int64
+	// ByKernel counts msgrcv answers that a signal could race with,
+	// delivered through a kernel queue that tells their fate (vehicle.go;
+	// those found discarded are in Discarded too); NoVehicle those that
+	// could not be, and were awaited.
+	ByKernel, NoVehicle atomic.Int64
 	// Exits counts processes whose exit was applied.
 	Exits atomic.Int64
 	// SignalEventsLost and ExitEventsLost count the kernel's signal
@@ -139,6 +144,10 @@ type Gateway struct {
 	pidns   map[uint64]*ipcns.PidNamespace // by nsfs inode
 	rootNS  *ipcns.PidNamespace            // the shim's own pid namespace
 	watched map[uint64]bool                // IPC namespaces the tracer reports
+	// vns is the vehicle state of each IPC namespace that used one
+	// (vehicle.go), dropped by Unwatch; vnsMu guards it (a leaf).
+	vnsMu sync.Mutex
+	vns   map[uint64]*vehicleNS
 	// nsListeners are the listeners whose callers are in each IPC
 	// namespace (drain.go).
 	nsListeners map[uint64]map[*listener]bool
@@ -212,7 +221,7 @@ func New(ctx context.Context, table EngineTable) (*Gateway, error) {
 	g := &Gateway{engines: table, trReady: make(chan struct{}), ctx: ctx, SyncWakeUp: true,
 		Defaults: ListenerOptions{NSFixed: true, IDsFixed: false},
 		tasks:    map[int]*Task{}, procs: map[int]*process{}, pidns: map[uint64]*ipcns.PidNamespace{ino: root}, rootNS: root,
-		watched: map[uint64]bool{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{}),
+		watched: map[uint64]bool{}, vns: map[uint64]*vehicleNS{}, nsListeners: map[uint64]map[*listener]bool{}, intrs: map[int]*interruption{}, drained: make(chan struct{}),
 		kick: make(chan struct{}, 1)}
 	g.wg.Add(1)
 	go func() {

@@ -139,9 +139,13 @@ func (n *Engines) msgrcv(r *Request) {
 	op.Commit = func(m *msgengine.Message) bool {
 		var h [mtypeSize]byte
 		abi.MarshalMtype(h[:], m.Type)
+		var byKernel func(uint64) (bool, error)
+		if flg&msgengine.MsgCopy == 0 {
+			byKernel = func(pre uint64) (bool, error) { return r.commitByKernel(msqid, m.Type, m.Data, pre) }
+		}
 		return r.commitWrite(int64(len(m.Data)), msgp, mtypeSize+len(m.Data), func() error {
 			return writeMsg(r.Task, msgp, h[:], m.Data)
-		})
+		}, byKernel)
 	}
 	op.Done = func(_ msgengine.Message, err error) { r.ended(err) }
 	op.NoSleep = r.restarted

@@ -503,14 +503,26 @@ func (r *Request) ended(err error) {
 // EFAULT and counts as taken, as Linux consumes a message whose copy-out
 // fails. While a freeze is being made nothing is written: the commit is
 // refused (the message stays where it was) and the call parked, to be
-// served again at the fence's end (freeze.go).
-func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error) bool {
+// served again at the fence's end (freeze.go). Where a signal may race
+// with the answer, byKernel (if not nil) answers instead and reports
+// whether the thread took the answer (vehicle.go), or fails having
+// answered nothing.
+func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error, byKernel func(pre uint64) (bool, error)) bool {
 	pre, raced, ok := r.claimCommit()
 	if !ok {
 		return false
 	}
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
+	if raced && byKernel != nil {
+		// A signal may race with the answer: the kernel carries it and
+		// tells its fate (vehicle.go).
+		taken, err := byKernel(pre)
+		if err == nil {
+			return taken
+		}
+		r.g.Stats.NoVehicle.Add(1)
+	}
 	var saved []byte
 	restore := func() {
 		if saved != nil {

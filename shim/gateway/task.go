@@ -439,6 +439,9 @@ func (g *Gateway) Unwatch(ino uint64) {
 		return
 	}
 	delete(g.watched, ino)
+	g.vnsMu.Lock()
+	delete(g.vns, ino)
+	g.vnsMu.Unlock()
 	// A thread still in ino that calls again (the namespace was refused,
 	// and is served later) is identified afresh, which watches it again.
 	for _, t := range g.tasks {
