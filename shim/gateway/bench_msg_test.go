@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/ipcfilter"
 	"golang.org/x/sys/unix"
@@ -29,6 +30,46 @@ func init() {
 		fmt.Println(os.Getpid(), ns)
 		return 0
 	})
+}
+
+// BenchmarkMsgrcvRaced: a thread's msgsnd/msgrcv pair to itself
+// (testdata/msgself.c), native and trapped, with and without a signal
+// pending and blocked: with it every msgrcv answer is one a signal may
+// race with, carried by a vehicle (vehicle.go) or, vehicles off, sent
+// and awaited as before them. All in the same run; ns/pair is measured
+// by the child.
+func BenchmarkMsgrcvRaced(b *testing.B) {
+	bin := buildC(b, "testdata/msgself.c")
+	b.Run("native", func(b *testing.B) {
+		n := strconv.Itoa(max(b.N, 1000))
+		b.ReportMetric(cNs(b, native(b, bin, n)), "ns/pair")
+	})
+	for _, c := range []struct {
+		name     string
+		blocked  bool
+		vehicles bool
+	}{{"trapped", false, true}, {"raced-vehicle", true, true}, {"raced-await", true, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			defer gateway.SetVehicles(c.vehicles)()
+			argv := []string{bin, strconv.Itoa(max(b.N, 200))}
+			if c.blocked {
+				argv = append(argv, "blocked")
+			}
+			out, g := serveWith(b, harness.NewEnginesByInode(), nil, argv...)
+			logStats(b, g)
+			b.ReportMetric(cNs(b, out), "ns/pair")
+		})
+	}
+}
+
+// cNs reads the one number a C benchmark program prints.
+func cNs(b *testing.B, out []byte) float64 {
+	b.Helper()
+	var ns float64
+	if _, err := fmt.Sscan(string(out), &ns); err != nil {
+		b.Fatalf("child output %q: %v", out, err)
+	}
+	return ns
 }
 
 type msg8 struct {
