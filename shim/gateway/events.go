@@ -1,9 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
 )
@@ -104,6 +111,7 @@ func (g *Gateway) syncEvents() {
 	// A sweep settles answers in flight: not under actMu.
 	if g.sweepDue.Swap(false) {
 		g.sweep(0, true)
+		g.reapLost()
 	}
 }
 
@@ -384,6 +392,55 @@ func (g *Gateway) exited(tid, tgid int, groupDead bool) {
 		g.Stats.Exits.Add(1)
 		g.queue(func() { g.engines.Exit(p.pid) })
 	}
+}
+
+// reapLost applies the exits the kernel could not report (exit events
+// dropped from a full ring, Stats.ExitEventsLost): a known thread whose
+// /proc entry is gone exited, and a known process whose leader is gone
+// or a zombie exited whole, its SEM_UNDO applied. It reads /proc once per
+// known thread and process, and runs only after a drain that found exit
+// or exec events dropped. A pid reused between the exit and the reap
+// (milliseconds) hides that exit, as before.
+func (g *Gateway) reapLost() {
+	type thread struct{ tid, tgid int }
+	var threads []thread
+	var tgids []int
+	g.tmu.Lock()
+	for _, t := range g.tasks {
+		threads = append(threads, thread{t.Tid, t.Tgid})
+	}
+	for tgid := range g.procs {
+		tgids = append(tgids, tgid)
+	}
+	g.tmu.Unlock()
+	dead := map[int]bool{}
+	for _, tgid := range tgids {
+		if procGone("/proc/" + strconv.Itoa(tgid)) {
+			dead[tgid] = true
+		}
+	}
+	g.evMu.Lock()
+	defer g.evMu.Unlock()
+	for _, t := range threads {
+		if dead[t.tgid] || procGone("/proc/"+strconv.Itoa(t.tgid)+"/task/"+strconv.Itoa(t.tid)) {
+			g.exited(t.tid, t.tgid, false)
+		}
+	}
+	for tgid := range dead {
+		g.exited(tgid, tgid, true)
+	}
+}
+
+// procGone reports whether the task whose /proc directory is dir has
+// exited: the directory is gone, or the task is a zombie (its exit, and
+// SEM_UNDO's, are done).
+func procGone(dir string) bool {
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
 // abandonLocked marks c gone (its notification no longer exists) and

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"errors"
+	"os/exec"
+	"strconv"
 	"testing"
 
+	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
 )
 
@@ -81,5 +84,49 @@ func TestSignalLossMarksItsProcess(t *testing.T) {
 	}
 	if total := g.lostTotal.Load(); total != (tasktrace.Losses{Signals: 7, Unplaced: 1, Lifecycle: 2}).Total() {
 		t.Errorf("lostTotal %d, want the last counts' total", total)
+	}
+}
+
+// TestReapLostExits: after exit events were dropped, the sweep's reap
+// finds the known threads and processes that are gone and applies their
+// exits (SEM_UNDO queued for a dead process), and leaves the live ones.
+func TestReapLostExits(t *testing.T) {
+	start := func() *exec.Cmd {
+		c := exec.Command("sleep", "100")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dead, live := start(), start()
+	defer func() { live.Process.Kill(); live.Wait() }()
+	dead.Process.Kill()
+	dead.Wait()
+	g := &Gateway{procs: map[int]*process{}, tasks: map[int]*Task{}, intrs: map[int]*interruption{}}
+	ns := ipcns.NewPidNamespace(nil, 1)
+	for _, c := range []*exec.Cmd{dead, live} {
+		pid := c.Process.Pid
+		p := &process{tgid: pid, pid: ipcns.NewPid(ns, int32(pid)), threads: 1}
+		g.procs[pid] = p
+		g.tasks[pid] = &Task{Tid: pid, Tgid: pid, pidfd: -1, proc: p}
+	}
+	g.reapLost()
+	if _, ok := g.tasks[dead.Process.Pid]; ok {
+		t.Error("the dead process's thread is still known")
+	}
+	if _, ok := g.procs[dead.Process.Pid]; ok {
+		t.Error("the dead process is still known")
+	}
+	if g.tasks[live.Process.Pid] == nil || g.procs[live.Process.Pid] == nil {
+		t.Error("the live process was reaped")
+	}
+	if n := g.Stats.Exits.Load(); n != 1 {
+		t.Errorf("%d exits applied, want 1 (the dead process's, for its SEM_UNDO)", n)
+	}
+	if !procGone("/proc/" + strconv.Itoa(dead.Process.Pid)) {
+		t.Error("procGone: a reaped process is not gone")
+	}
+	if procGone("/proc/" + strconv.Itoa(live.Process.Pid)) {
+		t.Error("procGone: a live process is gone")
 	}
 }
