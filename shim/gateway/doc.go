@@ -432,9 +432,9 @@ package gateway
 //     quarter to themselves (TestSignalStormSparesExits); when exits alone
 //     fill it (Stats.ExitEventsLost) a sweep takes dead threads' sleeps
 //     off their queues and reaps the known threads and processes that
-//     /proc shows gone (reapLost), applying a dead process's SEM_UNDO:
-//     at the next call the shim serves, not before anything can observe
-//     the exit (a parent's waitpid may see it first).
+//     /proc shows gone (reapLost), applying a dead process's SEM_UNDO as
+//     soon as the drain that found the loss is done, not before anything
+//     can observe the exit (a parent's waitpid may see it first).
 //     A drain whose receivers are starved (a storm made slow: -race,
 //     every read handing the turn on) can still wait its full 200 ms;
 //     such late drains are logged at most once a second.
