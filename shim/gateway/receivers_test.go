@@ -12,37 +12,56 @@ import (
 )
 
 // TestReceiversOverlap: two processes of one listener (callloop's K=2,
-// each on its own set) are served in parallel. The first call served is
-// held in its receiver until a call of the other process has reached
-// dispatch: with one receiver per listener that never happens (the
-// other call waits to be read), so the hold would run into its
-// deadline — a hang detector, not a timing assertion. Every call is
-// then answered, and the program's output says so.
+// each on its own set) are served in parallel. The first semop served is
+// held in its receiver until a call of the other process read after it
+// has reached dispatch: with one receiver per listener that never
+// happens (the other call waits to be read), so the hold would run into
+// its deadline — a hang detector, not a timing assertion. The other call
+// may reach dispatch before the held one does (its receiver ran first)
+// and then wait behind it (a get or ctl call is ordered after every call
+// read before it): it counts, as it was read while the first was being
+// served. Every call is then answered, and the program's output says so.
 func TestReceiversOverlap(t *testing.T) {
 	defer gateway.SetHandOffAlways(gateway.SetHandOffAlways(true))
 	bin := buildC(t, "testdata/callloop.c")
+	type call struct {
+		tgid int
+		id   uint64
+	}
 	var (
-		once     sync.Once
-		first    atomic.Int64
-		other    = make(chan struct{})
-		otherSet sync.Once
-		overlap  atomic.Bool
+		mu      sync.Mutex
+		seen    []call // every call that reached dispatch
+		held    *call  // the first semop
+		other   = make(chan struct{})
+		closed  bool
+		overlap atomic.Bool
 	)
 	defer gateway.SetDispatchHook(func(r *gateway.Request) {
-		held := false
-		if r.Sysno == gateway.SysSemop || r.Sysno == gateway.SysSemtimedop {
-			once.Do(func() { first.Store(int64(r.Task.Tgid)); held = true })
+		c := call{r.Task.Tgid, r.Notif.ID}
+		mu.Lock()
+		seen = append(seen, c)
+		hold := held == nil && (r.Sysno == gateway.SysSemop || r.Sysno == gateway.SysSemtimedop)
+		if hold {
+			held = &c
 		}
-		if held {
+		if held != nil && !closed {
+			// Notification ids grow in the order the calls were trapped,
+			// which is the order they are read.
+			for _, s := range seen {
+				if s.tgid != held.tgid && s.id > held.id {
+					close(other)
+					closed = true
+					break
+				}
+			}
+		}
+		mu.Unlock()
+		if hold {
 			select {
 			case <-other:
 				overlap.Store(true)
 			case <-time.After(10 * time.Second):
 			}
-			return
-		}
-		if f := first.Load(); f != 0 && int64(r.Task.Tgid) != f {
-			otherSet.Do(func() { close(other) })
 		}
 	})()
 	out, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "semop", "500", "2")
