@@ -212,8 +212,21 @@ package gateway
 // (the message stays queued). The engine's lock is held meanwhile, so
 // nobody sees an effect that is then undone.
 //
-// When a signal is first seen after the SEND (the check again), or no
-// vehicle could be made (the task gone, the queue's index taken by
+// The check again after a plain SEND counts only signals queued before
+// the SEND returned: the kernel discards an answer only if the signal
+// woke the task before the SEND completed its wait (do_wait_for_common
+// looks for a signal only while the completion is not done), and
+// signal_generate's report carries the time it was queued (tasktrace's
+// Event.Queued, read just after the wakeup; Request.sentAt, read as the
+// SEND returned, on the same clock; queueSlack for the instructions in
+// between). A signal queued later reaches the task with the answer in
+// ax, or in its next call; read from that call's interruption, the
+// answer would look discarded (TestAwaitAfterSendDifferential: the
+// message was received twice, every time the receiver was slower than
+// the task).
+//
+// When a signal queued before the SEND returned is first seen after it,
+// or no vehicle could be made (the task gone, the queue's index taken by
 // another vehicle), the fate is read from the task's next signal report
 // (await): signal_deliver shows ax, the answer (taken) or -ERESTARTSYS
 // (discarded: undone, the caller's buffer put back). That report cannot
@@ -376,21 +389,25 @@ package gateway
 //   - A msgrcv answer judged late (found by a count loop on 2026-12-05:
 //     TestAwaitNextCallDifferential failed once in 300 quiet runs, 1 in
 //     1,500 reps; fixed for answers a signal may race with by vehicles,
-//     TestAwaitLateJudgeDifferential). await, still used when the signal
-//     is first seen after the SEND, reads the fate of an answer that is
-//     not 0 from the thread's first signal report after it. If the
-//     receiver is preempted right after its SEND, long enough for the
-//     thread to take the answer, make the same call again (same
-//     arguments and instruction pointer: a loop) and be interrupted there
-//     by a second signal, that call's notification goes unread (one
-//     receiver, the preempted one), and its interruption's report matches
-//     the first call: the answer is taken as discarded, the message
-//     requeued and received twice. What would tell them apart is a kernel
-//     fact at the wait's end (an fexit program on
-//     wait_for_completion_interruptible naming the notification id), but
-//     these kernels refuse fentry/fexit programs (EPERM at load, measured
-//     2026-12-06) and have no kprobes; sending every msgrcv answer by
-//     vehicle would cost each of them several system calls.
+//     TestAwaitLateJudgeDifferential, and for signals queued after the
+//     SEND returned by their time, TestAwaitAfterSendDifferential).
+//     await, still used when a signal queued before the SEND returned is
+//     first seen after it, reads the fate of an answer that is not 0 from
+//     the thread's first signal report after it, which cannot tell the
+//     answered call from an identical next call (same arguments and
+//     instruction pointer: a loop) interrupted before any receiver read
+//     it: the answer is then taken as discarded and the message received
+//     twice. It needs the thread to take the answer, return to user
+//     space and make that call within queueSlack of the SEND's return,
+//     with the signal queued in between; or that signal taken by another
+//     thread and a second one interrupting this thread's next call
+//     before the receiver applied the first one's delivery. What would
+//     tell them apart is a kernel fact at the wait's end (an fexit
+//     program on wait_for_completion_interruptible naming the
+//     notification id), but these kernels refuse fentry/fexit programs
+//     (EPERM at load, measured 2026-12-06) and have no kprobes; sending
+//     every msgrcv answer by vehicle would cost each of them several
+//     system calls.
 //   - A group stop begun by another thread while a msgrcv answer is
 //     awaited interrupts this thread with no report for it; await takes
 //     the answer as delivered. (semop answers go through ADDFD, raced

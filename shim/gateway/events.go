@@ -190,7 +190,7 @@ func (g *Gateway) lostLocked(lost tasktrace.Losses, tgids []int, takeErr error) 
 		g.seq++
 		g.seqNow.Store(g.seq)
 		for _, tgid := range tgids {
-			g.signalProcess(tgid).sigGen.Store(g.seq)
+			g.signalProcess(tgid).recordSignalLocked(g.seq, 0)
 		}
 		if takeErr != nil || lost.Unplaced != seen.Unplaced {
 			if takeErr != nil {
@@ -260,7 +260,7 @@ func (g *Gateway) apply(ev *tasktrace.Event) {
 	g.seqNow.Store(g.seq)
 	switch ev.Kind {
 	case tasktrace.Generate:
-		g.signalProcess(int(ev.Tgid)).sigGen.Store(g.seq)
+		g.signalProcess(int(ev.Tgid)).recordSignalLocked(g.seq, ev.Queued)
 	case tasktrace.Deliver:
 		g.signalProcess(int(ev.Tgid)).sigDel.Store(g.seq)
 		g.delivered(ev)

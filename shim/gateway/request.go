@@ -66,6 +66,11 @@ type Request struct {
 	// notification is gone. A parked call stays its thread's call.
 	kept     atomic.Pointer[answer]
 	withheld atomic.Bool
+	// sentAt is when the kernel accepted the answer (CLOCK_MONOTONIC
+	// ns, read as the SEND returned): a signal queued later cannot have
+	// made it discard the answer (taken). Written by the answering
+	// goroutine, before answered.
+	sentAt int64
 
 	obsStart int64 // observe.go
 }
@@ -237,6 +242,7 @@ func (r *Request) awaitServed() {
 // send does the SEND ioctl and records its outcome.
 func (r *Request) send(val int64, errno unix.Errno) bool {
 	serr := r.ls.l.Reply(r.Notif.ID, val, errno)
+	r.sentAt = tasktrace.Now()
 	r.g.observeReply(r, errno, serr)
 	if serr != nil {
 		if seccompnotify.IsGone(serr) {
@@ -351,9 +357,13 @@ func (r *Request) taken(pre uint64, raced bool) bool {
 	}
 	if !raced {
 		r.g.syncEventsLocked()
-		if r.g.lastSignal(r.Task.proc) <= pre {
+		if !r.g.signalQueuedBefore(r.Task.proc, pre, r.sentAt) {
 			// No signal was queued for the process before the SEND
 			// completed: the kernel cannot have discarded the answer.
+			// One queued after it (found by this drain) reaches the
+			// thread with the answer in ax, or in its next call: read
+			// from that call's interruption, the answer would look
+			// discarded (TestAwaitAfterSendDifferential).
 			return true
 		}
 	}

@@ -87,12 +87,53 @@ func TestAwaitLateJudgeDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
+	held := holdFirstAnswers(t)
+	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "3")
+	logStats(t, g)
+	if n := held.Load(); n != 3 {
+		t.Errorf("%d answers held, want 3 (one per rep)", n)
+	}
+	diff(t, native, trapped)
+	if n := g.Stats.ByKernel.Load(); n < 3 {
+		t.Errorf("%d answers went through a vehicle, want one per rep (3)", n)
+	}
+}
+
+// TestAwaitAfterSendDifferential is TestAwaitLateJudgeDifferential with
+// no signal pending when the first msgrcv is answered: the answer goes as
+// a plain SEND, and the signal that interrupts the next, identical msgrcv
+// is queued after the SEND, while the receiver is held before judging.
+// Read from the thread's report of that interruption (await), the answer
+// looked discarded and the message was received twice; a signal queued
+// after the SEND returned cannot have discarded it (tasktrace's
+// Event.Queued), so the answer is taken without await.
+func TestAwaitAfterSendDifferential(t *testing.T) {
+	bin := buildC(t, "testdata/awaitdup.c")
+	native, err := harness.NativeCommand(bin, "plain", "3").Output()
+	if err != nil {
+		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
+	}
+	held := holdFirstAnswers(t)
+	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "plain", "3")
+	logStats(t, g)
+	if n := held.Load(); n != 3 {
+		t.Errorf("%d answers held, want 3 (one per rep)", n)
+	}
+	diff(t, native, trapped)
+	if n := g.Stats.ByKernel.Load(); n != 0 {
+		t.Errorf("%d answers went through a vehicle, want plain SENDs only", n)
+	}
+}
+
+// holdFirstAnswers holds the judging of the answer to each thread's
+// first blocking msgrcv (testdata/awaitdup.c's) until the thread has
+// taken a signal since: as a receiver preempted right after its SEND is.
+// It returns the count of answers held; the hook goes with the test.
+func holdFirstAnswers(t *testing.T) *atomic.Int32 {
 	var held atomic.Int32
 	var mu sync.Mutex
 	seen := map[int]bool{}
 	unhook := gateway.SetTakenHook(func(r *gateway.Request) {
-		// Only the answer to each child's first msgrcv: a blocking
-		// msgrcv answered with a message.
 		if r.Sysno != gateway.SysMsgrcv || r.MsgrcvFlags() != 0 {
 			return
 		}
@@ -113,16 +154,8 @@ func TestAwaitLateJudgeDifferential(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 	})
-	defer unhook()
-	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "3")
-	logStats(t, g)
-	if n := held.Load(); n != 3 {
-		t.Errorf("%d answers held, want 3 (one per rep)", n)
-	}
-	diff(t, native, trapped)
-	if n := g.Stats.ByKernel.Load(); n < 3 {
-		t.Errorf("%d answers went through a vehicle, want one per rep (3)", n)
-	}
+	t.Cleanup(unhook)
+	return &held
 }
 
 // TestAwaitBlockedSignalStall measures msgrcv answers to a process that

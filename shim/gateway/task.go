@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/ipcns"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/tasktrace"
@@ -137,6 +138,11 @@ type process struct {
 	// of the last one a thread took: sigGen > sigDel means one may be
 	// pending. Written under evMu, read atomically.
 	sigGen, sigDel atomic.Uint64
+	// queued holds the last signals queued for the process, for
+	// signalQueuedBefore: queued[(n-1) % len] is the newest of the
+	// nQueued recorded. Under evMu.
+	queued  [4]queuedSignal
+	nQueued uint64
 	// threads counts the process's live Tasks (under tmu).
 	threads int
 }
@@ -149,6 +155,63 @@ type process struct {
 func (g *Gateway) mayBeSignalled(p *process, since uint64) bool {
 	gen := g.lastSignal(p)
 	return gen > since || gen > p.sigDel.Load()
+}
+
+// queuedSignal records a signal queued for a process: the event sequence
+// number of its report, and when it was queued (tasktrace's
+// Event.Queued, CLOCK_MONOTONIC ns), or 0 when not known (a dropped
+// report: lostLocked).
+type queuedSignal struct {
+	seq uint64
+	at  int64
+}
+
+// queueSlack is how late a signal's time (Event.Queued, read in the
+// sender after it woke the target, under the sender's siglock) may be
+// after the wait it ended was woken: a few instructions, with room
+// for the difference between bpf_ktime_get_ns and the vDSO's clock.
+const queueSlack = 20 * time.Microsecond
+
+// recordSignalLocked records a signal queued for p, whose report has
+// event sequence number seq, at time at (0: unknown). evMu is held.
+func (p *process) recordSignalLocked(seq uint64, at int64) {
+	p.sigGen.Store(seq)
+	p.queued[p.nQueued%uint64(len(p.queued))] = queuedSignal{seq, at}
+	p.nQueued++
+}
+
+// signalQueuedBefore reports whether a signal queued for p after event
+// sequence number pre may have ended a wait of one of p's threads before
+// at (CLOCK_MONOTONIC ns): whether an answer whose SEND returned at at,
+// claimed when pre events were applied, may have been discarded. A
+// signal queued after the SEND returned cannot have been: the kernel
+// discards an answer only if the signal woke the thread before the SEND
+// completed its wait (do_wait_for_common checks for a signal only while
+// the completion is not done). The caller has applied the events
+// recorded since the SEND returned.
+func (g *Gateway) signalQueuedBefore(p *process, pre uint64, at int64) bool {
+	if g.lastSignal(p) <= pre {
+		return false
+	}
+	if g.sigLostSeq.Load() > pre {
+		// Dropped signal events of unknown processes: no time.
+		return true
+	}
+	g.evMu.Lock()
+	defer g.evMu.Unlock()
+	size := uint64(len(p.queued))
+	for i := range min(p.nQueued, size) {
+		q := p.queued[(p.nQueued-1-i)%size]
+		if q.seq <= pre {
+			return false // this one and every older one came before pre
+		}
+		if q.at == 0 || q.at <= at+int64(queueSlack) {
+			return true
+		}
+	}
+	// Every signal recorded came after; one older than those, no longer
+	// recorded, may still be after pre.
+	return p.nQueued > size
 }
 
 // lastSignal returns the event sequence number of the last signal that

@@ -23,7 +23,7 @@ const (
 //	8   u32 tgid
 //	12  s32 sig        signal number (deliver, generate)
 //	16  u64 a          deliver: sa_handler; generate: group; exit: group_dead; exec: old pid
-//	24  u64 b          deliver: sa_flags
+//	24  u64 b          deliver: sa_flags; generate: bpf_ktime_get_ns() (CLOCK_MONOTONIC)
 //	32  [regsLen]byte  deliver: the thread's user pt_regs (x86_64 layout)
 const (
 	offKind, offTid, offTgid, offSig, offA, offB, offRegs = 0, 4, 8, 12, 16, 24, 32
@@ -363,7 +363,7 @@ func deliverProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 
 // generateProgram: signal_generate(sig, info, task, group, result), in the
 // sender: a signal queued (result 0, TRACE_SIGNAL_DELIVERED) for a watched
-// thread (group 0) or process (group 1).
+// thread (group 0) or process (group 1), and when.
 func generateProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -379,6 +379,10 @@ func generateProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 		asm.StoreMem(asm.R8, offSig, asm.R1, asm.Word),
 		asm.LoadMem(asm.R1, asm.R6, 3*8, asm.DWord),
 		asm.StoreMem(asm.R8, offA, asm.R1, asm.Word),
+		// The time: the tracepoint comes after complete_signal woke the
+		// target, under the sender's siglock (Event.Queued).
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(asm.R8, offB, asm.R0, asm.DWord),
 	)
 	ins = append(ins, submit()...)
 	return rawTracepoint("ipc_sig_gen", tpGenerate, ins)

@@ -73,10 +73,15 @@ type Event struct {
 	// Handler and Flags (Deliver) are the action's sa_handler (SigDfl,
 	// SigIgn or an address) and sa_flags.
 	Handler, Flags uint64
-	Group          bool  // Generate
-	GroupDead      bool  // Exit
-	OldTid         int32 // Exec
-	Regs           Regs  // Deliver
+	Group          bool // Generate
+	// Queued (Generate) is when the signal was queued, in CLOCK_MONOTONIC
+	// nanoseconds (bpf_ktime_get_ns), read just after the target was
+	// woken: a wait the signal ended had ended before Queued, give or
+	// take the few instructions between.
+	Queued    int64
+	GroupDead bool  // Exit
+	OldTid    int32 // Exec
+	Regs      Regs  // Deliver
 }
 
 // HasHandler reports whether a Deliver event runs a handler (rather than
@@ -481,6 +486,7 @@ func decode(rec []byte, ev *Event) {
 			Bx: reg(regBx), Cx: reg(regCx), Bp: reg(regBp)}
 	case Generate:
 		ev.Group = a != 0
+		ev.Queued = int64(b)
 	case Exit:
 		ev.GroupDead = a != 0
 	case Exec:

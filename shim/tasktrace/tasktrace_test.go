@@ -139,14 +139,20 @@ func TestSignalAndExitEvents(t *testing.T) {
 	}
 	// A thread-directed signal: generated for the thread, then delivered
 	// with the interrupted read's registers.
+	before := tasktrace.Now()
 	if err := unix.Tgkill(pid, pid, unix.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
+	after := tasktrace.Now()
 	gen := waitFor(t, tr, "generate", func(e *tasktrace.Event) bool {
 		return e.Kind == tasktrace.Generate && e.Sig == int32(unix.SIGUSR1)
 	})
 	if gen.Tid != int32(pid) || gen.Tgid != int32(pid) || gen.Group {
 		t.Errorf("generate: %+v, want tid=tgid=%d, not group", gen, pid)
+	}
+	// Queued is read inside the tgkill, on the clock Now reads.
+	if gen.Queued < before || gen.Queued > after {
+		t.Errorf("generate: queued at %d, want within the tgkill [%d, %d]", gen.Queued, before, after)
 	}
 	del := waitFor(t, tr, "deliver", func(e *tasktrace.Event) bool {
 		return e.Kind == tasktrace.Deliver && e.Sig == int32(unix.SIGUSR1)

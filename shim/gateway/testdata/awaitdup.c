@@ -7,6 +7,8 @@
  * gateway; the outputs must be identical.
  *
  * usage: awaitdup [REPS]
+ *        awaitdup plain [REPS]: the same with no signal pending: the
+ *        first answer goes as a plain SEND (the signal comes after it).
  *        awaitdup stall N [blocked]: the child receives N messages sent
  *        one at a time, each once it sleeps in msgrcv; with "blocked" its
  *        process has a signal pending and blocked meanwhile. Prints the
@@ -67,6 +69,12 @@ int main(int argc, char **argv) {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 2 && strcmp(argv[1], "stall") == 0)
 		return stall(atoi(argv[2]), argc > 3);
+	int blocked = 1;
+	if (argc > 1 && strcmp(argv[1], "plain") == 0) {
+		blocked = 0;
+		argc--;
+		argv++;
+	}
 	int reps = argc > 1 ? atoi(argv[1]) : 5;
 	int msqid = msgget(IPC_PRIVATE, 0600);
 	if (msqid < 0) { perror("msgget"); return 1; }
@@ -78,11 +86,13 @@ int main(int argc, char **argv) {
 		if (p == 0) {
 			close(res[0]);
 			close(got[0]);
-			sigset_t set;
-			sigemptyset(&set);
-			sigaddset(&set, SIGUSR2);
-			sigprocmask(SIG_BLOCK, &set, NULL);
-			raise(SIGUSR2); /* pending, blocked: never taken */
+			if (blocked) {
+				sigset_t set;
+				sigemptyset(&set);
+				sigaddset(&set, SIGUSR2);
+				sigprocmask(SIG_BLOCK, &set, NULL);
+				raise(SIGUSR2); /* pending, blocked: never taken */
+			}
 			struct sigaction sa;
 			memset(&sa, 0, sizeof sa);
 			sa.sa_handler = on_sig;
