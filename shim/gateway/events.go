@@ -173,13 +173,15 @@ func (g *Gateway) drainLocked() {
 // drain, and must not flood the shim's log. evMu is held.
 //
 // A dropped signal event is taken as a signal queued, at a sequence
-// number of its own, for the thread group it was about (or for every
-// process, when the kernel could not keep which: Losses.Unplaced): until
-// that process takes a signal, its answers go the raced way and its
-// sleepers are probed by every sweep. A dropped exit or exec (only when
+// number of its own and no known time (so before any SEND it may have
+// raced with: signalQueuedBefore), for the thread group it was about (or
+// for every process, when the kernel could not keep which:
+// Losses.Unplaced): until that process takes a signal, its answers go
+// the raced way and its sleepers are probed by every sweep. A dropped exit or exec (only when
 // exits fill the ring's last quarter, tasktrace.lifecycleRoom) is made up
-// for in part: a sweep of every sleeper takes a dead thread's call off
-// its queue; the process's SEM_UNDO is not applied.
+// for by the sweep it asks for: every sleeper is probed, a dead thread's
+// call taken off its queue, and the exits /proc shows are applied,
+// SEM_UNDO included (reapLost).
 //
 // tgids are the thread groups whose signal events were dropped, as taken
 // from the tracer (takeErr: if that failed).
