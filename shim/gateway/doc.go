@@ -405,9 +405,15 @@ package gateway
 //     tell them apart is a kernel fact at the wait's end (an fexit
 //     program on wait_for_completion_interruptible naming the
 //     notification id), but these kernels refuse fentry/fexit programs
-//     (EPERM at load, measured 2026-12-06) and have no kprobes; sending
-//     every msgrcv answer by vehicle would cost each of them several
-//     system calls.
+//     (EPERM at load, measured 2026-12-06) and have no kprobes. The
+//     tracepoints that would do are host-wide and hot: raw_syscalls'
+//     sys_exit (the thread's first exit after the SEND returns the
+//     answer or -ERESTARTSYS) turns on the slow system-call path for
+//     every task on the host; sched_waking (a thread that the SEND
+//     itself woke took the answer) runs on every wakeup of the host,
+//     once per shim.
+//     Sending every msgrcv answer by vehicle would cost each of them
+//     several system calls.
 //   - A group stop begun by another thread while a msgrcv answer is
 //     awaited interrupts this thread with no report for it; await takes
 //     the answer as delivered. (semop answers go through ADDFD, raced
