@@ -438,7 +438,11 @@ package gateway
 //     complete_signal has woken the task (__send_signal_locked): a signal
 //     queued as the SEND goes in, whose event is not yet in the ring when
 //     the gateway looks, is missed (a window of well under a µs; not
-//     seen in TestSignalRainDifferential's millions of signals).
+//     seen in TestSignalRainDifferential's millions of signals). Its
+//     time is read there too, after the wakeup: a sender whose vCPU the
+//     host stops for more than queueSlack in those instructions (siglock
+//     held, interrupts off) makes a signal that discarded the answer
+//     look queued after the SEND, and the answer is taken as delivered.
 //   - A process that signals itself or its threads without pause fills
 //     the event ring's signal share (three quarters): the kernel drops
 //     signal events (Stats.SignalEventsLost, logged at most once a
