@@ -150,9 +150,9 @@ func BenchmarkReadStatus(b *testing.B) {
 
 func logStats(tb testing.TB, g *gateway.Gateway) {
 	s := &g.Stats
-	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d confirmed=%d refused=%d unconfirmed=%d awaited=%d bykernel=%d/%d discarded=%d unsettled=%d resent=%d exits=%d lost=%d/%d stale=%d parked=%d servedagain=%d",
+	tb.Logf("stats: interrupted=%d restarts=%d resumed=%d confirmed=%d refused=%d unconfirmed=%d awaited=%d bykernel=%d(lately %d)/%d discarded=%d unsettled=%d resent=%d exits=%d lost=%d/%d stale=%d parked=%d servedagain=%d",
 		s.Interrupted.Load(), s.Restarts.Load(), s.Resumed.Load(), s.Confirmed.Load(), s.Refused.Load(), s.Unconfirmed.Load(),
-		s.Awaited.Load(), s.ByKernel.Load(), s.NoVehicle.Load(), s.Discarded.Load(), s.Unsettled.Load(), s.Resent.Load(), s.Exits.Load(), s.SignalEventsLost.Load(), s.ExitEventsLost.Load(), s.Stale.Load(),
+		s.Awaited.Load(), s.ByKernel.Load(), s.ByKernelLately.Load(), s.NoVehicle.Load(), s.Discarded.Load(), s.Unsettled.Load(), s.Resent.Load(), s.Exits.Load(), s.SignalEventsLost.Load(), s.ExitEventsLost.Load(), s.Stale.Load(),
 		s.Parked.Load(), s.ServedAgain.Load())
 }
 

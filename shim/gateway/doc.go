@@ -225,6 +225,11 @@ package gateway
 // message was received twice, every time the receiver was slower than
 // the task).
 //
+// A process signalled lately (within signalMemory, 1 s) has its msgrcv
+// answers carried by vehicle too, though no signal is known to race with
+// them: signals come in runs, and one that comes during an answer, after
+// the check, would leave its fate to await (TestVehicleLately).
+//
 // When a signal queued before the SEND returned is first seen after it,
 // or no vehicle could be made (the task gone, the queue's index taken by
 // another vehicle), the fate is read from the task's next signal report
@@ -392,17 +397,21 @@ package gateway
 //     TestAwaitLateJudgeDifferential, and for signals queued after the
 //     SEND returned by their time, TestAwaitAfterSendDifferential).
 //     await, still used when a signal queued before the SEND returned is
-//     first seen after it, reads the fate of an answer that is not 0 from
-//     the thread's first signal report after it, which cannot tell the
+//     first seen after it (for msgrcv: in a process not signalled within
+//     signalMemory), reads the fate of an answer that is not 0 from the
+//     thread's first signal report after it, which cannot tell the
 //     answered call from an identical next call (same arguments and
 //     instruction pointer: a loop) interrupted before any receiver read
 //     it: the answer is then taken as discarded and the message received
-//     twice. It needs the thread to take the answer, return to user
-//     space and make that call within queueSlack of the SEND's return,
-//     with the signal queued in between; or that signal taken by another
-//     thread and a second one interrupting this thread's next call
-//     before the receiver applied the first one's delivery. What would
-//     tell them apart is a kernel fact at the wait's end (an fexit
+//     twice. The SEND's return is timed when the receiver runs again:
+//     with SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP the woken thread runs on
+//     the receiver's CPU first, often until it sleeps in its next call,
+//     so a signal queued while the thread is between the two calls or in
+//     the next one, up to queueSlack after the receiver's clock read, is
+//     counted. Or a signal counted may have been taken by another thread
+//     and a second one interrupt this thread's next call before the
+//     receiver applied the first one's delivery. What would tell them
+//     apart is a kernel fact at the wait's end (an fexit
 //     program on wait_for_completion_interruptible naming the
 //     notification id), but these kernels refuse fentry/fexit programs
 //     (EPERM at load, measured 2026-12-06) and have no kprobes. The
@@ -411,9 +420,9 @@ package gateway
 //     answer or -ERESTARTSYS) turns on the slow system-call path for
 //     every task on the host; sched_waking (a thread that the SEND
 //     itself woke took the answer) runs on every wakeup of the host,
-//     once per shim.
-//     Sending every msgrcv answer by vehicle would cost each of them
-//     several system calls.
+//     once per shim. Sending every msgrcv answer by vehicle would cost
+//     each of them several system calls (~100 µs; now only those of
+//     processes signalled lately pay it).
 //   - A group stop begun by another thread while a msgrcv answer is
 //     awaited interrupts this thread with no report for it; await takes
 //     the answer as delivered. (semop answers go through ADDFD, raced

@@ -168,3 +168,13 @@ func SetEventLoopHook(f func(g *Gateway)) func() {
 // SyncEventsLocked applies the kernel's reports as an answer being
 // committed does: the actions they call for are left queued.
 func (g *Gateway) SyncEventsLocked() { g.syncEventsLocked() }
+
+// SetSignalMemory sets how long after a signal a process's msgrcv
+// answers go by vehicle; the returned func restores it.
+func SetSignalMemory(d time.Duration) func() {
+	old := signalMemory.Swap(int64(d))
+	return func() { signalMemory.Store(old) }
+}
+
+// VehiclesUsable reports whether this host can carry answers by vehicle.
+func VehiclesUsable() bool { return vehiclesUsable() }

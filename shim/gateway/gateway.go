@@ -66,8 +66,10 @@ type Stats struct {
 	// ByKernel counts msgrcv answers that a signal could race with,
 	// delivered through a kernel queue that tells their fate (vehicle.go;
 	// those found discarded are in Discarded too); NoVehicle those that
-	// could not be, and were awaited.
-	ByKernel, NoVehicle atomic.Int64
+	// could not be, and were awaited; ByKernelLately those of ByKernel
+	// sent that way only because their process was signalled within
+	// signalMemory.
+	ByKernel, NoVehicle, ByKernelLately atomic.Int64
 	// Exits counts processes whose exit was applied.
 	Exits atomic.Int64
 	// SignalEventsLost and ExitEventsLost count the kernel's signal

@@ -524,14 +524,21 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error,
 	}
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
-	if raced && byKernel != nil {
-		// A signal may race with the answer: the kernel carries it and
-		// tells its fate (vehicle.go).
+	lately := !raced && byKernel != nil && r.Task.proc.signalledLately()
+	if raced && byKernel != nil || lately {
+		// A signal may race with the answer, or the process was
+		// signalled lately and one may come during it: the kernel
+		// carries it and tells its fate (vehicle.go).
 		taken, err := byKernel(pre)
 		if err == nil {
+			if lately {
+				r.g.Stats.ByKernelLately.Add(1)
+			}
 			return taken
 		}
-		r.g.Stats.NoVehicle.Add(1)
+		if raced {
+			r.g.Stats.NoVehicle.Add(1)
+		}
 	}
 	var saved []byte
 	restore := func() {

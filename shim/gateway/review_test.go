@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bytes"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/gateway"
 	"github.com/containerd-shim-ipc/containerd-shim-ipc/shim/internal/harness"
+	"golang.org/x/sys/unix"
 )
 
 // TestHandlerCallDifferential runs testdata/handlercall.c: a semop or
@@ -87,7 +90,7 @@ func TestAwaitLateJudgeDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	held := holdFirstAnswers(t)
+	held := holdFirstAnswers(t, false)
 	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "3")
 	logStats(t, g)
 	if n := held.Load(); n != 3 {
@@ -113,7 +116,11 @@ func TestAwaitAfterSendDifferential(t *testing.T) {
 	if err != nil {
 		t.Skipf("native run (needs CAP_SYS_ADMIN for unshare -i): %v", err)
 	}
-	held := holdFirstAnswers(t)
+	// The test, not the parent, sends the signal, from the held judge:
+	// after the SEND returned however slow the receiver was, and once
+	// the thread sleeps in its next msgrcv.
+	t.Setenv("AWAITDUP_SIGNALLER", "test")
+	held := holdFirstAnswers(t, true)
 	trapped, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "plain", "3")
 	logStats(t, g)
 	if n := held.Load(); n != 3 {
@@ -123,13 +130,45 @@ func TestAwaitAfterSendDifferential(t *testing.T) {
 	if n := g.Stats.ByKernel.Load(); n != 0 {
 		t.Errorf("%d answers went through a vehicle, want plain SENDs only", n)
 	}
+	if n := g.Stats.Awaited.Load(); n != 0 {
+		t.Errorf("%d answers awaited, want 0: a signal queued after the SEND cannot have discarded it", n)
+	}
+}
+
+// TestVehicleLately: msgrcv answers to a process signalled within
+// signalMemory go by vehicle though no signal is known to race with them
+// (testdata/msgself.c taken: a handled SIGUSR1, then msgsnd/msgrcv pairs
+// to itself), so that a signal coming during one cannot leave its fate to
+// await. Without the signal, or with no memory, they are plain SENDs.
+func TestVehicleLately(t *testing.T) {
+	if !gateway.VehiclesUsable() {
+		t.Skip("vehicles are off on this host (SELinux or Smack)")
+	}
+	bin := buildC(t, "testdata/msgself.c")
+	defer gateway.SetSignalMemory(time.Hour)()
+	_, g := serveWith(t, harness.NewEnginesByInode(), nil, bin, "20", "taken")
+	logStats(t, g)
+	if n, m := g.Stats.ByKernelLately.Load(), g.Stats.ByKernel.Load(); n != 20 || m != 20 {
+		t.Errorf("signalled lately: %d answers by vehicle (%d for that), want 20 (20)", m, n)
+	}
+	_, g = serveWith(t, harness.NewEnginesByInode(), nil, bin, "20")
+	if n := g.Stats.ByKernel.Load(); n != 0 {
+		t.Errorf("never signalled: %d answers by vehicle, want 0", n)
+	}
+	gateway.SetSignalMemory(0)
+	_, g = serveWith(t, harness.NewEnginesByInode(), nil, bin, "20", "taken")
+	if n := g.Stats.ByKernel.Load(); n != 0 {
+		t.Errorf("signalled, no memory: %d answers by vehicle, want 0", n)
+	}
 }
 
 // holdFirstAnswers holds the judging of the answer to each thread's
 // first blocking msgrcv (testdata/awaitdup.c's) until the thread has
 // taken a signal since: as a receiver preempted right after its SEND is.
-// It returns the count of answers held; the hook goes with the test.
-func holdFirstAnswers(t *testing.T) *atomic.Int32 {
+// With signal, the hook sends that signal (SIGUSR1) itself once the
+// thread sleeps in its next trapped call. It returns the count of
+// answers held; the hook goes with the test.
+func holdFirstAnswers(t *testing.T, signal bool) *atomic.Int32 {
 	var held atomic.Int32
 	var mu sync.Mutex
 	seen := map[int]bool{}
@@ -146,6 +185,19 @@ func holdFirstAnswers(t *testing.T) *atomic.Int32 {
 		}
 		n := held.Add(1)
 		deadline := time.Now().Add(10 * time.Second)
+		if signal {
+			for !asleepInTrap(r.Task.Tid) {
+				if time.Now().After(deadline) {
+					t.Errorf("answer %d: the thread did not sleep in a next call in 10 s", n)
+					return
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			if err := unix.Tgkill(r.Task.Tgid, r.Task.Tid, unix.SIGUSR1); err != nil {
+				t.Errorf("answer %d: tgkill: %v", n, err)
+				return
+			}
+		}
 		for !r.SignalTakenSinceAnswer() {
 			if time.Now().After(deadline) {
 				t.Errorf("answer %d: the thread took no signal in 10 s", n)
@@ -237,4 +289,22 @@ func TestSignalRainDifferential(t *testing.T) {
 			diff(t, native, trapped)
 		})
 	}
+}
+
+// asleepInTrap reports whether thread tid sleeps in a trapped call, the
+// seccomp notifier's wait (/proc: state S, wchan
+// seccomp_do_user_notification, maybe with a compiler suffix).
+func asleepInTrap(tid int) bool {
+	dir := "/proc/" + strconv.Itoa(tid) + "/"
+	stat, err := os.ReadFile(dir + "stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] != 'S' {
+		return false
+	}
+	wchan, _ := os.ReadFile(dir + "wchan")
+	name, _, _ := strings.Cut(string(wchan), ".")
+	return name == "seccomp_do_user_notification"
 }

@@ -143,6 +143,9 @@ type process struct {
 	// nQueued recorded. Under evMu.
 	queued  [4]queuedSignal
 	nQueued uint64
+	// sigAt is when the last signal was queued for the process
+	// (tasktrace.Now's clock; 0: never), for signalledLately.
+	sigAt atomic.Int64
 	// threads counts the process's live Tasks (under tmu).
 	threads int
 }
@@ -178,6 +181,28 @@ func (p *process) recordSignalLocked(seq uint64, at int64) {
 	p.sigGen.Store(seq)
 	p.queued[p.nQueued%uint64(len(p.queued))] = queuedSignal{seq, at}
 	p.nQueued++
+	if at == 0 {
+		at = tasktrace.Now()
+	}
+	p.sigAt.Store(at)
+}
+
+// signalMemory is how long after a signal was queued for a process its
+// msgrcv answers still go by vehicle (vehicle.go) though no signal is
+// known to race with them: a signal that comes during an answer, after
+// the check, leaves its fate to await, which can mistake an identical
+// next call's interruption for the answer's discard ("Open"). Signals
+// come in runs (timers, SIGCHLDs, a storm): a process signalled once is
+// likely to be again. Nanoseconds; tests set it (SetSignalMemory).
+var signalMemory atomic.Int64
+
+func init() { signalMemory.Store(int64(time.Second)) }
+
+// signalledLately reports whether a signal was queued for p within
+// signalMemory.
+func (p *process) signalledLately() bool {
+	at := p.sigAt.Load()
+	return at != 0 && tasktrace.Now()-at < signalMemory.Load()
 }
 
 // signalQueuedBefore reports whether a signal queued for p after event

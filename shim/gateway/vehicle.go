@@ -34,7 +34,8 @@ package gateway
 // The answering goroutine does it all itself, on its own thread, which
 // joins the thread's namespace for the while (setns) and comes back: a
 // handful of system calls, only for msgrcv answers that a signal may race
-// with (they were awaited before). The engine's lock is held until the
+// with (they were awaited before) or that go to a process signalled
+// lately (signalMemory). The engine's lock is held until the
 // fate is known, as with await.
 
 import (

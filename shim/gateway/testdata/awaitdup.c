@@ -9,6 +9,9 @@
  * usage: awaitdup [REPS]
  *        awaitdup plain [REPS]: the same with no signal pending: the
  *        first answer goes as a plain SEND (the signal comes after it).
+ *        With AWAITDUP_SIGNALLER=test in the environment the parent
+ *        sends no signal: the test does, once the gateway's SEND is
+ *        past (TestAwaitAfterSendDifferential).
  *        awaitdup stall N [blocked]: the child receives N messages sent
  *        one at a time, each once it sleeps in msgrcv; with "blocked" its
  *        process has a signal pending and blocked meanwhile. Prints the
@@ -76,6 +79,8 @@ int main(int argc, char **argv) {
 		argv++;
 	}
 	int reps = argc > 1 ? atoi(argv[1]) : 5;
+	const char *signaller = getenv("AWAITDUP_SIGNALLER");
+	int parent_signals = !signaller || strcmp(signaller, "test") != 0;
 	int msqid = msgget(IPC_PRIVATE, 0600);
 	if (msqid < 0) { perror("msgget"); return 1; }
 	for (int i = 0; i < reps; i++) {
@@ -119,8 +124,10 @@ int main(int argc, char **argv) {
 		msgsnd(msqid, &m, sizeof m.text, 0);
 		char c;
 		(void)!read(got[0], &c, 1); /* the child took the message */
-		await_asleep(p);                   /* and sleeps in its second msgrcv */
-		kill(p, SIGUSR1);
+		if (parent_signals) {
+			await_asleep(p); /* and sleeps in its second msgrcv */
+			kill(p, SIGUSR1);
+		}
 		int st;
 		waitpid(p, &st, 0);
 		char out[512];
