@@ -72,7 +72,9 @@ package gateway
 // last system call: for a call trapped by seccomp, -ERESTARTSYS in ax if
 // its wait for the supervisor was interrupted (seccomp_do_user_notification
 // leaves the notification's list and returns that), or the answer it took.
-// signal_generate runs in the sender when a signal is queued.
+// signal_generate runs in the sender when a signal is queued (with its
+// siginfo or, the user at RLIMIT_SIGPENDING, without: both wake the
+// target), after the target was woken; its report carries the time.
 // sched_process_exit runs at the start of do_exit, before exit_sem, before
 // the task's files are closed and before its parent can wait for it.
 //

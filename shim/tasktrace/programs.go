@@ -361,28 +361,43 @@ func deliverProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	return rawTracepoint("ipc_sig_deliver", tpDeliver, ins)
 }
 
+// signal_generate's results (include/trace/events/signal.h) for a signal
+// that was queued and woke its target: DELIVERED, or LOSE_INFO (queued
+// without its siginfo: the sender's user is at RLIMIT_SIGPENDING, as in
+// a signal storm). IGNORED, ALREADY_PENDING and OVERFLOW_FAIL (1-3)
+// queue nothing.
+const (
+	traceSignalDelivered = 0
+	traceSignalLoseInfo  = 4
+)
+
 // generateProgram: signal_generate(sig, info, task, group, result), in the
-// sender: a signal queued (result 0, TRACE_SIGNAL_DELIVERED) for a watched
-// thread (group 0) or process (group 1), and when.
+// sender: a signal queued (traceSignalDelivered or traceSignalLoseInfo)
+// for a watched thread (group 0) or process (group 1), and when.
 func generateProgram(l *kernelLayout, m *maps) *ebpf.ProgramSpec {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R1, asm.R6, 4*8, asm.DWord), // result
-		asm.JNE.Imm(asm.R1, 0, "exit"),
-		asm.LoadMem(asm.R7, asm.R6, 2*8, asm.DWord), // task
+		asm.JEq.Imm(asm.R1, traceSignalDelivered, "queued"),
+		asm.JNE.Imm(asm.R1, traceSignalLoseInfo, "exit"),
+		asm.LoadMem(asm.R7, asm.R6, 2*8, asm.DWord).WithSymbol("queued"), // task
 		asm.JEq.Imm(asm.R7, 0, "exit"),
 	}
 	ins = append(ins, watchedTask(l, m.watched)...)
+	// The time, read first: the tracepoint comes after complete_signal
+	// woke the target, under the sender's siglock (Event.Queued); the
+	// ring's reservation takes a lock of its own.
+	ins = append(ins,
+		asm.FnKtimeGetNs.Call(),
+		asm.Mov.Reg(asm.R9, asm.R0),
+	)
 	ins = append(ins, reserve(l, m, kindGenerate)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R1, asm.R6, 0, asm.DWord),
 		asm.StoreMem(asm.R8, offSig, asm.R1, asm.Word),
 		asm.LoadMem(asm.R1, asm.R6, 3*8, asm.DWord),
 		asm.StoreMem(asm.R8, offA, asm.R1, asm.Word),
-		// The time: the tracepoint comes after complete_signal woke the
-		// target, under the sender's siglock (Event.Queued).
-		asm.FnKtimeGetNs.Call(),
-		asm.StoreMem(asm.R8, offB, asm.R0, asm.DWord),
+		asm.StoreMem(asm.R8, offB, asm.R9, asm.DWord),
 	)
 	ins = append(ins, submit()...)
 	return rawTracepoint("ipc_sig_gen", tpGenerate, ins)

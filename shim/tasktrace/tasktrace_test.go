@@ -130,13 +130,16 @@ func TestSignalAndExitEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the child is asleep in read(fd).
-	for {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/syscall")
-		if strings.HasPrefix(string(b), "0 0x"+strconv.FormatInt(int64(fd), 16)+" ") {
-			break
+	awaitRead := func() {
+		for {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/syscall")
+			if strings.HasPrefix(string(b), "0 0x"+strconv.FormatInt(int64(fd), 16)+" ") {
+				return
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
 	}
+	awaitRead()
 	// A thread-directed signal: generated for the thread, then delivered
 	// with the interrupted read's registers.
 	before := tasktrace.Now()
@@ -163,6 +166,26 @@ func TestSignalAndExitEvents(t *testing.T) {
 	if !del.Regs.Interrupted() || del.Regs.OrigAx != unix.SYS_READ || del.Regs.Args(false)[0] != uint64(fd) {
 		t.Errorf("deliver regs: %+v, want read(%d) interrupted with -ERESTARTSYS", del.Regs, fd)
 	}
+	// A signal queued without its siginfo (the user is at
+	// RLIMIT_SIGPENDING, as in a storm: TRACE_SIGNAL_LOSE_INFO; only a
+	// signal whose si_code is negative, as tgkill's, is held to the limit)
+	// still wakes the thread: it is reported too.
+	if err := unix.Prlimit(pid, unix.RLIMIT_SIGPENDING, &unix.Rlimit{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	awaitRead()
+	if err := unix.Tgkill(pid, pid, unix.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	gen = waitFor(t, tr, "generate (lose info)", func(e *tasktrace.Event) bool {
+		return e.Kind == tasktrace.Generate && e.Sig == int32(unix.SIGUSR2)
+	})
+	if gen.Tid != int32(pid) || gen.Group {
+		t.Errorf("generate SIGUSR2 at RLIMIT_SIGPENDING: %+v, want tid %d, not group", gen, pid)
+	}
+	waitFor(t, tr, "deliver (lose info)", func(e *tasktrace.Event) bool {
+		return e.Kind == tasktrace.Deliver && e.Sig == int32(unix.SIGUSR2)
+	})
 	// A process-wide fatal signal: generated for the group, then the
 	// exit of its last thread.
 	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
