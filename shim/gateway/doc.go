@@ -345,6 +345,11 @@ package gateway
 //   - A stop begun by another thread of a multi-threaded process, or a
 //     freezer, that interrupts a call before it is read leaves no report:
 //     the restart is served as a new call.
+//   - Task work queued with TWA_SIGNAL (io_uring's, among others) sets
+//     TIF_NOTIFY_SIGNAL, which ends seccomp's interruptible wait as a
+//     signal does but queues none: no signal_generate, no
+//     signal_deliver. An answer sent as it lands is discarded unseen
+//     (taken as delivered), as with the freezer without a fence.
 //   - A container frozen other than through the shim's Pause (a write to
 //     its freezer cgroup by hand: freezer.state on cgroup v1,
 //     cgroup.freeze on v2, both of which wake its sleepers as a signal
