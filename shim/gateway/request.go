@@ -524,8 +524,8 @@ func (r *Request) commitWrite(val int64, addr uint64, n int, write func() error,
 	}
 	defer r.answering.Unlock()
 	r.g.beforeAnswer(r)
-	lately := !raced && byKernel != nil && r.Task.proc.signalledLately()
-	if raced && byKernel != nil || lately {
+	lately := byKernel != nil && !raced && r.Task.proc.signalledLately()
+	if byKernel != nil && (raced || lately) {
 		// A signal may race with the answer, or the process was
 		// signalled lately and one may come during it: the kernel
 		// carries it and tells its fate (vehicle.go).
