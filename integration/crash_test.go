@@ -118,8 +118,8 @@ func TestShimKilled(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	if out := ipcctl(t, e); strings.Contains(out, filepath.Base(ctlSock)) {
-		t.Fatalf("ipcctl still mentions the dead shim's socket:\n%s", out)
+	if out, errOut, _ := ipcctlStatus(t, e); strings.Contains(out+errOut, filepath.Base(ctlSock)) {
+		t.Fatalf("ipcctl still mentions the dead shim's socket:\n%s\nstderr:\n%s", out, errOut)
 	}
 	e.remove(id)
 

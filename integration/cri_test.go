@@ -156,7 +156,7 @@ func TestCRIPodRuntimeClass(t *testing.T) {
 	}
 	// Asking for it now is "not found" (4), or "nothing running" (3)
 	// when no other shim runs: a script can tell them from success.
-	if _, st := ipcctlStatus(t, "-container", cids[0]); st != 3 && st != 4 {
+	if _, _, st := ipcctlStatus(t, e, "-container", cids[0]); st != 3 && st != 4 {
 		t.Errorf("ipcctl -container of a removed container: exit status %d, want 3 or 4", st)
 	}
 }

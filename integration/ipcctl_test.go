@@ -23,11 +23,26 @@ var (
 	ipcctlErr  error
 )
 
-// ipcctl builds cmd/ipcctl once and runs it with args.
+// ipcctl runs cmd/ipcctl with args and returns its stdout; an exit
+// status other than shown (0), nothing running (3) or not found (4)
+// fails the test.
 func ipcctl(t *testing.T, e *env, args ...string) string {
 	t.Helper()
-	ipcctlOnce.Do(func() {
-		ipcctlBin = filepath.Join(e.dir, "ipcctl")
+	out, errOut, status := ipcctlStatus(t, e, args...)
+	// 3 (no shim runs) and 4 (none holds what was asked for) are answers.
+	if status != 0 && status != 3 && status != 4 {
+		t.Fatalf("ipcctl %s: exit status %d\n%s\nstderr:\n%s", strings.Join(args, " "), status, out, errOut)
+	}
+	return out
+}
+
+// ipcctlStatus runs the built ipcctl and returns its stdout, its stderr
+// (what went wrong: sockets that did not answer, what was not found) and
+// its exit status.
+func ipcctlStatus(t *testing.T, env *env, args ...string) (stdout, stderr string, status int) {
+	t.Helper()
+	ipcctlOnce.Do(func() { // built once, into the first env's directory
+		ipcctlBin = filepath.Join(env.dir, "ipcctl")
 		if out, err := exec.Command("go", "build", "-o", ipcctlBin, "../cmd/ipcctl").CombinedOutput(); err != nil {
 			ipcctlErr = &setupError{"build ipcctl: " + err.Error() + "\n" + string(out)}
 		}
@@ -35,27 +50,18 @@ func ipcctl(t *testing.T, e *env, args ...string) string {
 	if ipcctlErr != nil {
 		t.Fatal(ipcctlErr)
 	}
-	out, status := ipcctlStatus(t, args...)
-	// 3 (no shim runs) and 4 (none holds what was asked for) are answers.
-	if status != 0 && status != 3 && status != 4 {
-		t.Fatalf("ipcctl %s: exit status %d\n%s", strings.Join(args, " "), status, out)
-	}
-	return out
-}
-
-// ipcctlStatus runs the built ipcctl and returns its output and exit
-// status.
-func ipcctlStatus(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	out, err := exec.Command(ipcctlBin, args...).Output()
+	var o, e strings.Builder
+	cmd := exec.Command(ipcctlBin, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		return string(out), ee.ExitCode()
+		return o.String(), e.String(), ee.ExitCode()
 	}
 	if err != nil {
 		t.Fatalf("ipcctl %s: %v", strings.Join(args, " "), err)
 	}
-	return string(out), 0
+	return o.String(), e.String(), 0
 }
 
 type ipcctlOutput struct {

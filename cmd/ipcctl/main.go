@@ -18,14 +18,17 @@
 //
 // It finds the shims by their control sockets in
 // /run/containerd-shim-ipc/control (see package shim/control); the
-// sockets are named by a hash of the shim's address, so `ipcctl
-// -container ID socket` is how to find the one serving a container. It
-// needs root, like the sockets.
+// sockets are named by a hash of the shim's working directory (its first
+// container's bundle), so `ipcctl -container ID socket` is how to find
+// the one serving a container. It needs root, like the sockets.
 //
 // Exit status: 0 when something was shown; 1 on an error (no shim that
-// was asked answered); 2 on a usage error; 3 when no shim serves System V
-// IPC on the node (nothing running); 4 when shims run but none holds the
-// -pod or -container asked for (not found). metrics exits 0, 1 or 3 alike.
+// was asked answered); 2 on a usage error (a flag the command does not
+// take, a negative number, an ambiguous -container prefix); 3 when no
+// shim serves System V IPC on the node (nothing running); 4 when shims
+// run but none holds the -pod, -container or -set asked for (not found).
+// metrics exits 0, 1 or 3 alike. What went wrong is said on stderr;
+// stdout carries only what was asked for.
 package main
 
 import (
@@ -35,8 +38,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -80,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	offset := fs.Int("offset", 0, "with -set: the first semaphore shown; without: the first set and queue listed")
 	limit := fs.Int("limit", 0, fmt.Sprintf("cap of each list per namespace, and of a set's page (default %d, at most %d)", control.DefaultLimit, control.MaxLimit))
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: ipcctl [flags] [show|waiters|socket|metrics|exporter]\n")
+		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -99,10 +104,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return usageError(fs, fmt.Sprintf("unexpected argument %q after %s", fs.Arg(0), cmd))
 		}
 	}
+	allowed, ok := commandFlags[cmd]
+	if !ok {
+		return usageError(fs, fmt.Sprintf("unknown command %q", cmd))
+	}
+	var badFlag string
+	setGiven := false
+	fs.Visit(func(f *flag.Flag) {
+		if !strings.Contains(" "+allowed+" ", " "+f.Name+" ") && badFlag == "" {
+			badFlag = f.Name
+		}
+		setGiven = setGiven || f.Name == "set"
+	})
+	switch {
+	case badFlag != "":
+		return usageError(fs, fmt.Sprintf("-%s does not apply to %s", badFlag, cmd))
+	case *offset < 0:
+		return usageError(fs, fmt.Sprintf("-offset %d: want a number >= 0", *offset))
+	case *limit < 0:
+		return usageError(fs, fmt.Sprintf("-limit %d: want a number >= 0 (0: the default)", *limit))
+	case setGiven && *set < 0:
+		return usageError(fs, fmt.Sprintf("-set %d: semaphore set ids are >= 0", *set))
+	}
 	switch cmd {
 	case "show", "waiters", "socket":
 		q := control.Query{NS: *ns, Offset: *offset, Limit: *limit}
-		if *set >= 0 {
+		if setGiven {
 			q.Set, q.HasSet = int32(*set), true
 		}
 		out, err := collect(*dir, *timeout, q)
@@ -110,6 +137,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fatal(stderr, err)
 		}
 		running := len(out.Shims) > 0
+		if ids := ambiguous(&out, *ctr); len(ids) > 0 {
+			return usageError(fs, fmt.Sprintf("-container %s: several containers have that prefix (%s): give more of the id", *ctr, strings.Join(ids, ", ")))
+		}
 		filter(&out, *pod, *ctr)
 		switch {
 		case cmd == "socket":
@@ -126,7 +156,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		default:
 			printTables(stdout, &out, running, cmd == "waiters")
 		}
-		return showStatus(stderr, &out, running, *pod, *ctr)
+		return showStatus(stderr, &out, showQuery{running: running, json: *asJSON, pod: *pod, ctr: *ctr, set: q.Set, hasSet: q.HasSet})
 	case "metrics":
 		n, err := writeMetrics(stdout, stderr, *dir, *timeout)
 		if err != nil {
@@ -137,8 +167,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitNothing
 		}
 		return exitShown
-	case "exporter":
-		http.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+	default: // exporter
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fatal(stderr, fmt.Errorf("exporter: %w", err))
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 			var b bytes.Buffer
 			if _, err := writeMetrics(&b, stderr, *dir, *timeout); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -147,11 +182,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 			w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 			_, _ = w.Write(b.Bytes())
 		})
-		fmt.Fprintf(stderr, "ipcctl: serving the shims' metrics on http://%s/metrics\n", *listen)
-		return fatal(stderr, http.ListenAndServe(*listen, nil))
-	default:
-		return usageError(fs, fmt.Sprintf("unknown command %q", cmd))
+		fmt.Fprintf(stderr, "ipcctl: serving the shims' metrics on http://%s/metrics\n", ln.Addr())
+		return fatal(stderr, http.Serve(ln, mux))
 	}
+}
+
+// usageText heads -h and every usage error.
+const usageText = `usage: ipcctl [flags] [show|waiters|socket|metrics|exporter] [flags]
+
+  show      every engine namespace: usage, limits, sets, queues, waiters,
+            undo entries (the default; -set ID: that set's semaphores)
+  waiters   only who waits on what
+  socket    the control socket of each shim shown, one a line
+  metrics   every shim's metrics, merged (Prometheus text)
+  exporter  serve them on http://-listen/metrics
+
+exit status: 0 something shown; 1 an error (no shim asked answered);
+2 a usage error; 3 no shim serves System V IPC on this node (nothing
+running); 4 shims run but none holds the -pod, -container or -set asked
+for (not found)
+
+flags:
+`
+
+// commandFlags lists the flags each command takes.
+var commandFlags = map[string]string{
+	"show":     "dir timeout json pod container ns set offset limit",
+	"waiters":  "dir timeout json pod container ns offset limit",
+	"socket":   "dir timeout pod container ns",
+	"metrics":  "dir timeout",
+	"exporter": "dir timeout listen",
 }
 
 // Exit statuses (see the package comment).
@@ -163,23 +223,58 @@ const (
 	exitShown    = 0
 )
 
-// showStatus is show's exit status: nothing running, not found, every
-// shim failing, or shown. It says on stderr what was not found.
-func showStatus(stderr io.Writer, out *Output, running bool, pod, ctr string) int {
+// showQuery is what showStatus needs of the query: whether any shim
+// answered, and what was asked for.
+type showQuery struct {
+	running, json bool
+	pod, ctr      string
+	set           int32
+	hasSet        bool
+}
+
+// showStatus is the exit status of show, waiters and socket: nothing
+// running, every shim failing, not found, or shown. It says on stderr
+// what went wrong (the sockets that did not answer, unless -json carries
+// them) and what was not found.
+func showStatus(stderr io.Writer, out *Output, q showQuery) int {
+	if !q.json {
+		for _, e := range out.Errors {
+			fmt.Fprintf(stderr, "ipcctl: %s: no answer (%s)\n", e.Socket, e.Error)
+		}
+	}
 	switch {
-	case !running && len(out.Errors) > 0:
+	case !q.running && len(out.Errors) > 0:
+		fmt.Fprintf(stderr, "ipcctl: none of the %d shims' control sockets answered\n", len(out.Errors))
 		return exitError
-	case !running:
+	case !q.running:
+		fmt.Fprintln(stderr, "ipcctl: no shim serves System V IPC on this node")
 		return exitNothing
-	case len(out.Shims) == 0 && (pod != "" || ctr != ""):
-		what := "container " + ctr
-		if pod != "" {
-			what = "pod " + pod
+	case len(out.Shims) == 0 && (q.pod != "" || q.ctr != ""):
+		what := "container " + q.ctr
+		if q.pod != "" {
+			what = "pod " + q.pod
 		}
 		fmt.Fprintf(stderr, "ipcctl: no shim serves %s\n", what)
 		return exitNotFound
+	case q.hasSet && !hasSet(out, q.set):
+		fmt.Fprintf(stderr, "ipcctl: no semaphore set %d in the namespaces shown\n", q.set)
+		return exitNotFound
 	}
 	return exitShown
+}
+
+// hasSet reports whether some namespace in out holds semaphore set id.
+func hasSet(out *Output, id int32) bool {
+	for _, s := range out.Shims {
+		for _, n := range s.Namespaces {
+			for _, ss := range n.SemSets {
+				if ss.ID == id {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // usageError names what was wrong and prints the usage; it returns 2.
@@ -230,6 +325,32 @@ func filter(out *Output, pod, ctr string) {
 		}
 	}
 	out.Shims = append([]control.Snapshot{}, shims...)
+}
+
+// ambiguous returns the ids of the containers that prefix matches when
+// it is no container's whole id or name and matches more than one.
+func ambiguous(out *Output, prefix string) []string {
+	if prefix == "" {
+		return nil
+	}
+	var ids []string
+	for _, s := range out.Shims {
+		for _, n := range s.Namespaces {
+			for _, c := range n.Containers {
+				if c.ID == prefix || c.Name == prefix {
+					return nil
+				}
+				if strings.HasPrefix(c.ID, prefix) && !slices.Contains(ids, c.ID) {
+					ids = append(ids, c.ID)
+				}
+			}
+		}
+	}
+	if len(ids) < 2 {
+		return nil
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 func matchPod(p *control.Pod, want string) bool {
@@ -287,14 +408,10 @@ func pidStr(n *control.NamespaceState, p *control.Pid) string {
 }
 
 // printTables writes out as tables; running says whether any shim
-// answered before -pod/-container filtered (when none did, it says so;
-// when the filter left none, showStatus does).
+// answered before -pod/-container filtered (showStatus says on stderr
+// what was not there).
 func printTables(w io.Writer, out *Output, running, waitersOnly bool) {
-	for _, e := range out.Errors {
-		fmt.Fprintf(w, "# %s: no answer (%s)\n", e.Socket, e.Error)
-	}
 	if !running {
-		fmt.Fprintln(w, "no shim serves System V IPC on this node")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -14,20 +14,32 @@ import (
 )
 
 // fakeShim serves a control socket in dir, as a shim serving one
-// container (id "3f2a9c", no CRI name) would, and returns its path.
-func fakeShim(t *testing.T, dir string) string {
+// container (id "3f2a9c", no CRI name) with semaphore set 0 would, and
+// returns its path. More containers, named by id, join the same
+// namespace.
+func fakeShim(t *testing.T, dir string, more ...string) string {
 	t.Helper()
 	sock := filepath.Join(dir, "5d0b7ae876f4bacfb01ee557.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := control.Snapshot{
-		Shim:       control.Shim{Pid: 4242, Socket: sock},
-		Namespaces: []control.NamespaceState{{Inode: 4026532000, Containers: []control.Container{{ID: "3f2a9c"}}}},
+	ctrs := []control.Container{{ID: "3f2a9c"}}
+	for _, id := range more {
+		ctrs = append(ctrs, control.Container{ID: id})
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/state", func(w http.ResponseWriter, r *http.Request) { _ = json.NewEncoder(w).Encode(&snap) })
+	mux.HandleFunc("/v1/state", func(w http.ResponseWriter, r *http.Request) {
+		snap := control.Snapshot{
+			Shim:       control.Shim{Pid: 4242, Socket: sock},
+			Namespaces: []control.NamespaceState{{Inode: 4026532000, Containers: ctrs}},
+		}
+		// As the shim: -set ID gives that set alone, if it exists.
+		if set := r.URL.Query().Get("set"); set == "" || set == "0" {
+			snap.Namespaces[0].SemSets = []control.SemSet{{ID: 0, Nsems: 1}}
+		}
+		_ = json.NewEncoder(w).Encode(&snap)
+	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("# TYPE containerd_shim_ipc_waiters gauge\ncontainerd_shim_ipc_waiters{kind=\"semop\"} 0\n"))
 	})
@@ -55,9 +67,9 @@ func TestExitStatuses(t *testing.T) {
 		out, notIn string // in stdout, not in stdout
 		err        string // in stderr
 	}{
-		{"nothing running", []string{"-dir", empty}, exitNothing, "no shim serves System V IPC on this node", "", ""},
+		{"nothing running", []string{"-dir", empty}, exitNothing, "", "no shim", "no shim serves System V IPC on this node"},
 		{"nothing running, metrics", []string{"-dir", empty, "metrics"}, exitNothing, "", "", "no shim serves"},
-		{"nothing running, socket", []string{"-dir", empty, "socket"}, exitNothing, "", sock, ""},
+		{"nothing running, socket", []string{"-dir", empty, "socket"}, exitNothing, "", sock, "no shim serves System V IPC on this node"},
 		{"shown", []string{"-dir", busy}, exitShown, "shim pid 4242", "", ""},
 		{"metrics", []string{"-dir", busy, "metrics"}, exitShown, "containerd_shim_ipc_waiters", "", ""},
 		{"not found", []string{"-dir", busy, "-container", "nosuch"}, exitNotFound, "", "no shim serves System V IPC on this node", "no shim serves container nosuch"},
@@ -67,7 +79,16 @@ func TestExitStatuses(t *testing.T) {
 		{"unknown command", []string{"-dir", busy, "bogus"}, exitUsage, "", "", `unknown command "bogus"`},
 		{"extra argument", []string{"-dir", busy, "show", "extra"}, exitUsage, "", "", `unexpected argument "extra" after show`},
 		{"unknown flag", []string{"-nosuchflag"}, exitUsage, "", "", "nosuchflag"},
-		{"help", []string{"-h"}, exitShown, "", "", "usage: ipcctl"},
+		{"help", []string{"-h"}, exitShown, "", "", "4 shims run but none holds"},
+		{"set", []string{"-dir", busy, "-set", "0"}, exitShown, "Semaphore Arrays", "", ""},
+		{"no such set", []string{"-dir", busy, "-set", "7"}, exitNotFound, "", "Semaphore Arrays", "no semaphore set 7"},
+		{"no such set, json", []string{"-dir", busy, "-json", "-set", "7"}, exitNotFound, `"shims"`, "", "no semaphore set 7"},
+		{"negative set", []string{"-dir", busy, "-set", "-2"}, exitUsage, "", "", "-set -2"},
+		{"negative offset", []string{"-dir", busy, "-offset", "-3"}, exitUsage, "", "", "-offset -3: want a number >= 0"},
+		{"negative limit", []string{"-dir", busy, "waiters", "-limit", "-1"}, exitUsage, "", "", "-limit -1"},
+		{"flag of another command", []string{"-dir", busy, "-container", "3f2a9c", "metrics"}, exitUsage, "", "", "-container does not apply to metrics"},
+		{"set with waiters", []string{"-dir", busy, "-set", "0", "waiters"}, exitUsage, "", "", "-set does not apply to waiters"},
+		{"listen without exporter", []string{"-dir", busy, "-listen", ":1"}, exitUsage, "", "", "-listen does not apply to show"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			status, out, errOut := runIpcctl(c.args...)
@@ -90,9 +111,41 @@ func TestDeadSocket(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "dead.sock")); err != nil {
 		t.Skip("the socket file went with its listener")
 	}
-	for _, args := range [][]string{{"-dir", dir}, {"-dir", dir, "metrics"}} {
-		if status, out, errOut := runIpcctl(args...); status != exitError {
-			t.Fatalf("ipcctl %s: status %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), status, exitError, out, errOut)
+	for _, args := range [][]string{{"-dir", dir}, {"-dir", dir, "metrics"}, {"-dir", dir, "socket"}} {
+		status, out, errOut := runIpcctl(args...)
+		if status != exitError || out != "" || !strings.Contains(errOut, "dead.sock") || strings.Contains(errOut, "no shim serves") {
+			t.Fatalf("ipcctl %s: status %d, want %d, the dead socket named on stderr\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), status, exitError, out, errOut)
 		}
+	}
+}
+
+// A prefix of several containers' ids is refused (socket would print
+// several shims, or the wrong one); a whole id among them is not.
+func TestAmbiguousContainer(t *testing.T) {
+	dir := t.TempDir()
+	sock := fakeShim(t, dir, "3f2a77", "3f")
+	for _, c := range []struct {
+		prefix string
+		status int
+		out    string
+		err    string
+	}{
+		{"3f2a", exitUsage, "", "several containers have that prefix (3f2a77, 3f2a9c)"},
+		{"3f2a7", exitShown, sock + "\n", ""},
+		{"3f", exitShown, sock + "\n", ""}, // a whole id
+	} {
+		status, out, errOut := runIpcctl("-dir", dir, "-container", c.prefix, "socket")
+		if status != c.status || out != c.out || !strings.Contains(errOut, c.err) {
+			t.Errorf("ipcctl -container %s socket: status %d (want %d)\nstdout:\n%s\nstderr:\n%s", c.prefix, status, c.status, out, errOut)
+		}
+	}
+}
+
+// The exporter says it serves only once it does: an address it cannot
+// listen on is an error, with no "serving" line before it.
+func TestExporterBadAddress(t *testing.T) {
+	status, _, errOut := runIpcctl("-dir", t.TempDir(), "exporter", "-listen", "bogus")
+	if status != exitError || strings.Contains(errOut, "serving") || !strings.Contains(errOut, "bogus") {
+		t.Fatalf("ipcctl exporter -listen bogus: status %d, want %d\nstderr:\n%s", status, exitError, errOut)
 	}
 }
