@@ -31,6 +31,11 @@ func main() {
 		printVersion(os.Stdout, filepath.Base(os.Args[0]), bi, ok)
 		return
 	}
+	if a, ok := actionArg(os.Args[1:]); !ok {
+		fmt.Fprintf(os.Stderr, "%s: unknown action %q: containerd runs this binary with start, delete or no action (serve); -h lists the flags\n",
+			filepath.Base(os.Args[0]), a)
+		os.Exit(2)
+	}
 	flag.Usage = usage
 	task.Register()
 	shim.RunShim(context.Background(), task.NewManager())

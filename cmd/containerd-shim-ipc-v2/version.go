@@ -21,8 +21,6 @@ const containerdModule = "github.com/containerd/containerd/v2"
 // containerd's shim flags do (-v, -version, with one or two dashes), before
 // the first non-flag argument and not as another flag's value.
 func versionArg(args []string) bool {
-	valued := map[string]bool{"namespace": true, "id": true, "address": true,
-		"publish-binary": true, "bundle": true, "socket": true, "debug-socket": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") {
@@ -38,11 +36,47 @@ func versionArg(args []string) bool {
 		if name == "v" || name == "version" {
 			return true
 		}
-		if valued[name] {
+		if valuedFlags[name] {
 			i++
 		}
 	}
 	return false
+}
+
+// valuedFlags are containerd's shim flags that take a value (the rest
+// are booleans); TestValuedFlags checks them against the binary's -h.
+var valuedFlags = map[string]bool{"namespace": true, "id": true, "address": true,
+	"publish-binary": true, "bundle": true, "socket": true, "debug-socket": true}
+
+// actions are what containerd runs the shim binary with, the first
+// argument after the flags: start (fork a shim server and print its
+// address), delete (clean up after a dead shim), none (be the server).
+var actions = map[string]bool{"": true, "start": true, "delete": true}
+
+// actionArg returns the action args (os.Args[1:]) name, as containerd's
+// shim parses them: the first argument that is neither a flag nor a
+// flag's value. ok is false for an action containerd's shim does not
+// know, which it would take as "serve" and fail on with a message about
+// something else.
+func actionArg(args []string) (action string, ok bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			if i+1 < len(args) {
+				action = args[i+1]
+			}
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			action = a
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.Contains(name, "=") && valuedFlags[name] {
+			i++
+		}
+	}
+	return action, actions[action]
 }
 
 // printVersion writes the shim's version, its VCS revision, the containerd

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -57,5 +60,69 @@ func TestPrintVersion(t *testing.T) {
 	printVersion(&b, "containerd-shim-ipc-v2", bi, true)
 	if !strings.Contains(b.String(), "Version:    v0.1.0-3-gabcdef\n") {
 		t.Errorf("-ldflags version not printed:\n%s", b.String())
+	}
+}
+
+func TestActionArg(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		action string
+		ok     bool
+	}{
+		{nil, "", true},
+		{[]string{"-namespace", "k8s.io", "-id", "x", "start"}, "start", true},
+		{[]string{"-namespace=k8s.io", "-id=x", "delete"}, "delete", true},
+		{[]string{"-debug", "-namespace", "k8s.io", "-address", "/run/c.sock"}, "", true},
+		{[]string{"-namespace", "bogus"}, "", true}, // the namespace's name
+		{[]string{"bogus"}, "bogus", false},
+		{[]string{"-debug", "stop"}, "stop", false},
+		{[]string{"--", "start"}, "start", true},
+		{[]string{"--", "-x"}, "-x", false},
+	} {
+		a, ok := actionArg(c.args)
+		if a != c.action || ok != c.ok {
+			t.Errorf("actionArg(%q) = %q, %v; want %q, %v", c.args, a, ok, c.action, c.ok)
+		}
+	}
+}
+
+// TestValuedFlags checks valuedFlags against the flags containerd's shim
+// registers, as the binary's -h lists them ("-name string" takes a
+// value): a containerd upgrade that adds one would make actionArg and
+// versionArg read its value as an action or a flag.
+func TestValuedFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "shim")
+	// go test puts its go first in PATH.
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, _ := exec.Command(bin, "-h").CombinedOutput()
+	got := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-(\S+)( string)?$`).FindAllStringSubmatch(string(out), -1) {
+		if m[2] != "" {
+			got[m[1]] = true
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("no flags with values in -h's output:\n%s", out)
+	}
+	for name := range got {
+		if !valuedFlags[name] {
+			t.Errorf("-%s takes a value but is not in valuedFlags", name)
+		}
+	}
+	for name := range valuedFlags {
+		if !got[name] {
+			t.Errorf("valuedFlags has -%s, which -h does not list as taking a value", name)
+		}
+	}
+	// An unknown action is named, with status 2.
+	cmd := exec.Command(bin, "-namespace", "x", "bogus")
+	msg, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(msg), `unknown action "bogus"`) {
+		t.Errorf("shim -namespace x bogus: %v\n%s", err, msg)
 	}
 }
