@@ -21,8 +21,9 @@ fmt:
 # summary: deps, runtime-deps (everything a fresh Debian 12 machine needs),
 # vet, unit (unit and differential tests; the kernel is the oracle: they
 # need root for unshare(CLONE_NEWIPC)), integration (the shim under a real
-# containerd and runc; skipped without root), race (-race -short) and
-# deploy (the deploy/ module's manifests and installer).
+# containerd and runc; they need root: under make test a skip fails),
+# race (-race -short) and deploy (the deploy/ module's manifests and
+# installer).
 test:
 	@GO=$(GO) scripts/test.sh
 

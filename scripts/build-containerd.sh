@@ -28,5 +28,5 @@ fi
 # crictl, for the CRI (Kubernetes RuntimeClass) integration test.
 if [ ! -x "$dest/crictl" ]; then
   (cd / && CGO_ENABLED=0 GOBIN="$dest" GOFLAGS=-buildvcs=false quiet build-crictl go install sigs.k8s.io/cri-tools/cmd/crictl@"${CRICTL_VERSION:-v1.37.0}") ||
-    echo "build-containerd: crictl not built (log $LOGDIR/build-crictl.log); the CRI test will skip" >&2
+    echo "build-containerd: crictl not built (log $LOGDIR/build-crictl.log); the CRI test will skip (fail under make test)" >&2
 fi

@@ -9,12 +9,14 @@
 #   - unless NO_DEBIAN_ROOTFS=1: build/debian-rootfs, Debian 12 with
 #     stress-ng, perl, python3-sysv-ipc, apache2 for the integration tests'
 #     real workloads (scripts/make-debian-rootfs.sh, ~400 MB, 3-8 min, once).
-# Not root: nothing is installed (the integration tests skip without root).
+# Not root: nothing is installed (the integration tests then skip under a
+# plain go test, and fail under make test/make integration, which set
+# INTEGRATION_REQUIRED).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 if [ "$(id -u)" != 0 ]; then
-  echo "install-runtime-deps: not root: runc, containerd and the Debian rootfs are not installed (the integration tests skip without root)" >&2
+  echo "install-runtime-deps: not root: runc, containerd and the Debian rootfs are not installed (go test ./integration/ skips; make test fails them)" >&2
   exit 0
 fi
 missing=()

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 dest=${DEBIAN_ROOTFS:-$PWD/build/debian-rootfs}
 [ -x "$dest/usr/bin/stress-ng" ] && [ -x "$dest/usr/sbin/apache2" ] && exit 0
 if [ "$(id -u)" != 0 ]; then
-  echo "make-debian-rootfs: needs root; the Debian workload tests will skip" >&2
+  echo "make-debian-rootfs: needs root; the Debian workload tests will skip (fail under make test)" >&2
   exit 0
 fi
 if ! command -v debootstrap >/dev/null 2>&1; then

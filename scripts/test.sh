@@ -4,18 +4,22 @@
 # step does not stop the others. Each step's output is also in
 # build/log/test-<step>.log. Exit status 0 only if every step passed.
 #
-# Steps, with their times in a fresh clone on a quiet 2-vCPU machine (apt's
-# and Go's caches warm; 9 min in all, 18 min at load 9-11):
-#   deps          Go toolchain/modules, gcc and the test programs (apt)   2 s
+# Steps, with their times in a fresh clone on a quiet 2-vCPU machine at
+# ba8e3c0 (apt's and Go's caches warm, build/ copied from an earlier
+# clone; 13m28s in all; about twice that at load 9-11):
+#   deps          Go toolchain/modules, gcc and the test programs (apt)   1 s
 #   runtime-deps  runc, busybox (apt); containerd+ctr+crictl from the Go
-#                 module proxy; Debian rootfs (debootstrap, once)        2m23s
-#   vet           go vet ./...                                            6 s
+#                 module proxy; Debian rootfs (debootstrap, once)
+#                 (0 s with build/ present; 1m33s-2m23s without it,
+#                 5m36s on a new machine)
+#   vet           go vet ./...                                            7 s
 #   unit          every package but integration/: unit and differential
 #                 tests (root: unshare(CLONE_NEWIPC) for the kernel
-#                 oracle); shim/gateway alone ~3.5 min                   3m43s
-#   integration   integration/: the shim under a real containerd and runc 55 s
+#                 oracle); shim/gateway 7m50s of it, its two signal
+#                 torture tests ~6.5 min                                 8m02s
+#   integration   integration/: the shim under a real containerd and runc 1m16s
 #   race          go test -race -short ./... (integration skips in -short),
-#                 the gateway with receivers overlapping on every call   1m47s
+#                 the gateway with receivers overlapping on every call   3m59s
 #   deploy        deploy/ (own module): manifests decoded strictly with the
 #                 Kubernetes API types, install.sh run twice on temp roots 2 s
 set -uo pipefail
