@@ -143,13 +143,23 @@ func TestInstaller(t *testing.T) {
 	b, _ := os.ReadFile("containerd-ipc-runtime.toml")
 	os.WriteFile(filepath.Join(src, "containerd-ipc-runtime.toml"), b, 0o644)
 	const pat = `"/etc/containerd/conf.d/*.toml"`
-	for _, c := range []struct{ name, config, want string }{
-		{"no config", "", "version = 3\nimports = [" + pat + "]\n"},
-		{"config without imports", "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n",
-			"version = 2\nimports = [" + pat + "]\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n"},
-		{"other imports", "version = 3\nimports = [\"/etc/containerd/other.toml\"]\n",
-			"version = 3\nimports = [" + pat + ", \"/etc/containerd/other.toml\"]\n"},
-		{"already imported", "version = 3\nimports = [" + pat + "]\n", "version = 3\nimports = [" + pat + "]\n"},
+	const runcSystemd = "\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
+	for _, c := range []struct {
+		name, config, want string
+		args               []string
+		systemd            bool // the drop-in sets runc's SystemdCgroup
+	}{
+		{name: "no config", want: "version = 3\nimports = [" + pat + "]\n"},
+		{name: "runc with systemd cgroups", config: "version = 3\n" + runcSystemd,
+			want: "version = 3\nimports = [" + pat + "]\n" + runcSystemd, systemd: true},
+		{name: "runc with systemd cgroups, --cgroupfs", config: "version = 3\n" + runcSystemd, args: []string{"--cgroupfs"},
+			want: "version = 3\nimports = [" + pat + "]\n" + runcSystemd},
+		{name: "no config, --systemd-cgroup", args: []string{"--systemd-cgroup"}, want: "version = 3\nimports = [" + pat + "]\n", systemd: true},
+		{name: "config without imports", config: "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n",
+			want: "version = 2\nimports = [" + pat + "]\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n"},
+		{name: "other imports", config: "version = 3\nimports = [\"/etc/containerd/other.toml\"]\n",
+			want: "version = 3\nimports = [" + pat + ", \"/etc/containerd/other.toml\"]\n"},
+		{name: "already imported", config: "version = 3\nimports = [" + pat + "]\n", want: "version = 3\nimports = [" + pat + "]\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -159,7 +169,8 @@ func TestInstaller(t *testing.T) {
 				os.WriteFile(cfg, []byte(c.config), 0o644)
 			}
 			run := func() string {
-				out, err := exec.Command("sh", "./install.sh", "--root", root, "--src", src, "--no-restart").CombinedOutput()
+				args := append([]string{"./install.sh", "--root", root, "--src", src, "--no-restart"}, c.args...)
+				out, err := exec.Command("sh", args...).CombinedOutput()
 				if err != nil {
 					t.Fatalf("install.sh: %v\n%s", err, out)
 				}
@@ -174,8 +185,13 @@ func TestInstaller(t *testing.T) {
 			if err := toml.Unmarshal(got, &parsed); err != nil {
 				t.Fatalf("config.toml is not TOML: %v\n%s", err, got)
 			}
-			if e := runtimeEntry(t, filepath.Join(root, "etc/containerd/conf.d/ipc-runtime.toml")); e["runtime_type"] != "io.containerd.ipc.v2" {
+			e := runtimeEntry(t, filepath.Join(root, "etc/containerd/conf.d/ipc-runtime.toml"))
+			if e["runtime_type"] != "io.containerd.ipc.v2" {
 				t.Fatalf("installed drop-in: %v", e)
+			}
+			opts, _ := e["options"].(map[string]any)
+			if got := opts["SystemdCgroup"] == true; got != c.systemd || (!c.systemd && e["options"] != nil) {
+				t.Fatalf("installed drop-in's options: %v, want SystemdCgroup %v", e["options"], c.systemd)
 			}
 			for _, f := range []string{"containerd-shim-ipc-v2", "ipcctl"} {
 				st, err := os.Stat(filepath.Join(root, "usr/local/bin", f))
@@ -213,4 +229,16 @@ func tree(t *testing.T, root string) string {
 		return nil
 	})
 	return b.String()
+}
+
+// A flag without its value is a usage error that names the flag.
+func TestInstallerUsage(t *testing.T) {
+	for _, args := range [][]string{{"--root"}, {"--src"}, {"--root", ""}, {"--bogus"}} {
+		cmd := exec.Command("sh", append([]string{"./install.sh"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), args[0]) || !strings.Contains(string(out), "usage: install.sh") {
+			t.Errorf("install.sh %q: %v\n%s", args, err, out)
+		}
+	}
 }

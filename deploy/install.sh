@@ -1,5 +1,5 @@
 #!/bin/sh
-# install.sh [--root DIR] [--src DIR] [--no-restart]
+# install.sh [--root DIR] [--src DIR] [--no-restart] [--systemd-cgroup | --cgroupfs]
 #
 # Installs the shim on a node (the DaemonSet's init container runs it with
 # the host's / at /host: --root /host):
@@ -9,16 +9,26 @@
 #                                          (created with only that if missing)
 # and restarts containerd (systemctl in pid 1's namespaces) when its
 # configuration changed; running containers and their shims keep running.
+# The drop-in gets runc's option SystemdCgroup = true when the node's
+# config.toml sets it (for its runc runtime: the cgroup driver the kubelet
+# was configured for, or reads from the default runtime), so that pods of
+# RuntimeClass ipc get their cgroups the way runc's do; --systemd-cgroup
+# or --cgroupfs says which instead of looking.
 # Idempotent: a second run changes nothing and restarts nothing. Prints one
 # line per change and "unchanged" when there was none.
 set -eu
-root=/ src=$(cd "$(dirname "$0")" && pwd) restart=1
+usage="usage: install.sh [--root DIR] [--src DIR] [--no-restart] [--systemd-cgroup | --cgroupfs]"
+root=/ src=$(cd "$(dirname "$0")" && pwd) restart=1 systemd=
 while [ $# -gt 0 ]; do
   case $1 in
-  --root) root=$2; shift 2 ;;
-  --src) src=$2; shift 2 ;;
+  --root | --src)
+    [ $# -ge 2 ] && [ -n "$2" ] || { echo "install.sh: $1 needs a directory ($usage)" >&2; exit 2; }
+    if [ "$1" = --root ]; then root=$2; else src=$2; fi
+    shift 2 ;;
   --no-restart) restart=0; shift ;;
-  *) echo "install.sh: unknown argument $1 (usage: install.sh [--root DIR] [--src DIR] [--no-restart])" >&2; exit 2 ;;
+  --systemd-cgroup) systemd=1; shift ;;
+  --cgroupfs) systemd=0; shift ;;
+  *) echo "install.sh: unknown argument $1 ($usage)" >&2; exit 2 ;;
   esac
 done
 pattern=/etc/containerd/conf.d/*.toml
@@ -40,10 +50,22 @@ for b in containerd-shim-ipc-v2 ipcctl; do
   [ -f "$src/$b" ] || { echo "install.sh: $src/$b missing" >&2; exit 1; }
   put "$src/$b" "$root/usr/local/bin/$b" 0755
 done
-put "$src/containerd-ipc-runtime.toml" "$root/etc/containerd/conf.d/ipc-runtime.toml" 0644
+cfg=$root/etc/containerd/config.toml
+if [ -z "$systemd" ]; then
+  systemd=0
+  if [ -f "$cfg" ] && grep -q '^[[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*true' "$cfg"; then
+    systemd=1
+  fi
+fi
+dropin=$(mktemp)
+trap 'rm -f "$dropin"' EXIT
+cat "$src/containerd-ipc-runtime.toml" >"$dropin"
+if [ $systemd = 1 ]; then
+  printf '\n# install.sh: the node'"'"'s config.toml sets SystemdCgroup = true (or --systemd-cgroup).\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.ipc.options]\n  SystemdCgroup = true\n' >>"$dropin"
+fi
+put "$dropin" "$root/etc/containerd/conf.d/ipc-runtime.toml" 0644
 [ $last = 0 ] || config=1
 
-cfg=$root/etc/containerd/config.toml
 if [ ! -f "$cfg" ]; then
   mkdir -p "$(dirname "$cfg")"
   printf 'version = 3\nimports = ["%s"]\n' "$pattern" >"$cfg"
