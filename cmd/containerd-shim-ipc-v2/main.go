@@ -38,7 +38,8 @@ func main() {
 	}
 	flag.Usage = usage
 	task.Register()
-	shim.RunShim(context.Background(), task.NewManager())
+	ver, rev, ctrd := buildVersion(debug.ReadBuildInfo())
+	shim.RunShim(context.Background(), task.NewManager(task.Version{Version: ver, Revision: rev, Containerd: ctrd}))
 }
 
 // usage is -h's text: containerd's shim registers the flags (and leaves

@@ -82,7 +82,21 @@ func actionArg(args []string) (action string, ok bool) {
 // printVersion writes the shim's version, its VCS revision, the containerd
 // module it links and the Go version, in the layout of containerd's shims.
 func printVersion(w io.Writer, name string, bi *debug.BuildInfo, ok bool) {
-	ver, rev, ctrd := version, "", "unknown"
+	ver, rev, ctrd := buildVersion(bi, ok)
+	fmt.Fprintf(w, "%s:\n", name)
+	fmt.Fprintf(w, "  Version:    %s\n", ver)
+	if rev != "" {
+		fmt.Fprintf(w, "  Revision:   %s\n", rev)
+	}
+	fmt.Fprintf(w, "  containerd: %s %s (runc shim and task API linked in)\n", containerdModule, ctrd)
+	fmt.Fprintf(w, "  Go version: %s\n", runtime.Version())
+}
+
+// buildVersion returns the shim's version (version, else the module's),
+// its VCS revision ("" if not stamped) and the version of the containerd
+// module it links, from the build's info (ok: debug.ReadBuildInfo's).
+func buildVersion(bi *debug.BuildInfo, ok bool) (ver, rev, ctrd string) {
+	ver, ctrd = version, "unknown"
 	if ok {
 		if ver == "" {
 			ver = bi.Main.Version // a pseudo-version from the VCS, or "(devel)"
@@ -118,11 +132,5 @@ func printVersion(w io.Writer, name string, bi *debug.BuildInfo, ok bool) {
 	if ver == "" {
 		ver = "unknown"
 	}
-	fmt.Fprintf(w, "%s:\n", name)
-	fmt.Fprintf(w, "  Version:    %s\n", ver)
-	if rev != "" {
-		fmt.Fprintf(w, "  Revision:   %s\n", rev)
-	}
-	fmt.Fprintf(w, "  containerd: %s %s (runc shim and task API linked in)\n", containerdModule, ctrd)
-	fmt.Fprintf(w, "  Go version: %s\n", runtime.Version())
+	return ver, rev, ctrd
 }
