@@ -72,6 +72,9 @@ func actionArg(args []string) (action string, ok bool) {
 			break
 		}
 		name := strings.TrimLeft(a, "-")
+		if name == "h" || name == "help" {
+			return "", true // flag.Parse shows the help and exits
+		}
 		if !strings.Contains(name, "=") && valuedFlags[name] {
 			i++
 		}

@@ -78,6 +78,8 @@ func TestActionArg(t *testing.T) {
 		{[]string{"-debug", "stop"}, "stop", false},
 		{[]string{"--", "start"}, "start", true},
 		{[]string{"--", "-x"}, "-x", false},
+		{[]string{"-h", "bogus"}, "", true}, // containerd's flag parsing shows the help
+		{[]string{"-debug", "--help"}, "", true},
 	} {
 		a, ok := actionArg(c.args)
 		if a != c.action || ok != c.ok {
@@ -101,7 +103,9 @@ func TestValuedFlags(t *testing.T) {
 	}
 	out, _ := exec.Command(bin, "-h").CombinedOutput()
 	got := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-(\S+)( string)?$`).FindAllStringSubmatch(string(out), -1) {
+	// flag.PrintDefaults: "  -name" then " type" for any flag but a
+	// boolean, then a tab and the usage (same line for one-letter names).
+	for _, m := range regexp.MustCompile(`(?m)^  -(\S+)( \S+)?(\t.*)?$`).FindAllStringSubmatch(string(out), -1) {
 		if m[2] != "" {
 			got[m[1]] = true
 		}

@@ -24,7 +24,8 @@
 //
 // Exit status: 0 when something was shown; 1 on an error (no shim that
 // was asked answered); 2 on a usage error (a flag the command does not
-// take, a negative number, an ambiguous -container prefix); 3 when no
+// take, a number out of range, a -container matching containers of
+// several namespaces); 3 when no
 // shim serves System V IPC on the node (nothing running); 4 when shims
 // run but none holds the -pod, -container or -set asked for (not found).
 // metrics exits 0, 1 or 3 alike. What went wrong is said on stderr;
@@ -40,8 +41,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"math"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -77,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	dir := fs.String("dir", control.Dir, "directory of the shims' control sockets")
 	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of tables")
 	pod := fs.String("pod", "", "only the engine namespace of this pod (name or namespace/name)")
-	ctr := fs.String("container", "", "only the engine namespace this container (id or unique prefix) is in")
+	ctr := fs.String("container", "", "only the engine namespace this container (id, id prefix or CRI name; one namespace's) is in")
 	listen := fs.String("listen", "127.0.0.1:9863", "exporter: address to serve /metrics on")
 	timeout := fs.Duration("timeout", 5*time.Second, "per-shim timeout")
 	set := fs.Int("set", -1, "show the semaphores of the set with this id (a page of -limit from -offset)")
@@ -98,6 +99,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		cmd = fs.Arg(0)
 		if err := fs.Parse(fs.Args()[1:]); err != nil { // flags after the command
+			if errors.Is(err, flag.ErrHelp) {
+				return exitShown
+			}
 			return exitUsage
 		}
 		if fs.NArg() > 0 {
@@ -119,12 +123,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case badFlag != "":
 		return usageError(fs, fmt.Sprintf("-%s does not apply to %s", badFlag, cmd))
-	case *offset < 0:
-		return usageError(fs, fmt.Sprintf("-offset %d: want a number >= 0", *offset))
-	case *limit < 0:
-		return usageError(fs, fmt.Sprintf("-limit %d: want a number >= 0 (0: the default)", *limit))
-	case setGiven && *set < 0:
-		return usageError(fs, fmt.Sprintf("-set %d: semaphore set ids are >= 0", *set))
+	case *offset < 0 || *offset > math.MaxInt32:
+		return usageError(fs, fmt.Sprintf("-offset %d: want a number from 0 to %d", *offset, math.MaxInt32))
+	case *limit < 0 || *limit > math.MaxInt32:
+		return usageError(fs, fmt.Sprintf("-limit %d: want a number from 0 (the default) to %d", *limit, math.MaxInt32))
+	case setGiven && (*set < 0 || *set > math.MaxInt32):
+		return usageError(fs, fmt.Sprintf("-set %d: semaphore set ids are from 0 to %d", *set, math.MaxInt32))
+	case *timeout <= 0:
+		return usageError(fs, fmt.Sprintf("-timeout %v: want a duration > 0", *timeout))
 	}
 	switch cmd {
 	case "show", "waiters", "socket":
@@ -137,10 +143,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fatal(stderr, err)
 		}
 		running := len(out.Shims) > 0
-		if ids := ambiguous(&out, *ctr); len(ids) > 0 {
-			return usageError(fs, fmt.Sprintf("-container %s: several containers have that prefix (%s): give more of the id", *ctr, strings.Join(ids, ", ")))
-		}
 		filter(&out, *pod, *ctr)
+		if which := ambiguous(&out, *ctr); len(which) > 0 {
+			return usageError(fs, fmt.Sprintf("-container %s: containers of %d namespaces match (%s): give more of an id, or -pod", *ctr, len(which), strings.Join(which, "; ")))
+		}
 		switch {
 		case cmd == "socket":
 			// One line per shim: the control socket to curl.
@@ -327,30 +333,36 @@ func filter(out *Output, pod, ctr string) {
 	out.Shims = append([]control.Snapshot{}, shims...)
 }
 
-// ambiguous returns the ids of the containers that prefix matches when
-// it is no container's whole id or name and matches more than one.
-func ambiguous(out *Output, prefix string) []string {
-	if prefix == "" {
+// ambiguous describes the namespaces left in out, when -container
+// (ctr) left more than one: the value, an id prefix or a CRI name (which
+// repeats across a Deployment's pods), named containers of several, and
+// socket or show would answer for all of them. Containers of one pod share
+// its namespace: a prefix of two of them is not ambiguous.
+func ambiguous(out *Output, ctr string) []string {
+	if ctr == "" {
 		return nil
 	}
-	var ids []string
+	var which []string
 	for _, s := range out.Shims {
 		for _, n := range s.Namespaces {
+			var ids []string
 			for _, c := range n.Containers {
-				if c.ID == prefix || c.Name == prefix {
-					return nil
-				}
-				if strings.HasPrefix(c.ID, prefix) && !slices.Contains(ids, c.ID) {
-					ids = append(ids, c.ID)
+				if strings.HasPrefix(c.ID, ctr) || c.Name == ctr {
+					ids = append(ids, short(c.ID))
 				}
 			}
+			where := fmt.Sprintf("ipc ns %d", n.Inode)
+			if n.Pod != nil {
+				where = "pod " + n.Pod.Namespace + "/" + n.Pod.Name
+			}
+			which = append(which, where+": "+strings.Join(ids, ", "))
 		}
 	}
-	if len(ids) < 2 {
+	if len(which) < 2 {
 		return nil
 	}
-	sort.Strings(ids)
-	return ids
+	sort.Strings(which)
+	return which
 }
 
 func matchPod(p *control.Pod, want string) bool {

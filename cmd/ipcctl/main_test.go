@@ -15,28 +15,29 @@ import (
 
 // fakeShim serves a control socket in dir, as a shim serving one
 // container (id "3f2a9c", no CRI name) with semaphore set 0 would, and
-// returns its path. More containers, named by id, join the same
-// namespace.
-func fakeShim(t *testing.T, dir string, more ...string) string {
+// returns its path.
+func fakeShim(t *testing.T, dir string) string {
+	return fakeShimOf(t, dir, "5d0b7ae876f4bacfb01ee557", control.NamespaceState{Inode: 4026532000, Containers: []control.Container{{ID: "3f2a9c"}}})
+}
+
+// fakeShimOf serves a control socket dir/name.sock, as a shim serving the
+// namespaces nss would (each with semaphore set 0), and returns its path.
+func fakeShimOf(t *testing.T, dir, name string, nss ...control.NamespaceState) string {
 	t.Helper()
-	sock := filepath.Join(dir, "5d0b7ae876f4bacfb01ee557.sock")
+	sock := filepath.Join(dir, name+".sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrs := []control.Container{{ID: "3f2a9c"}}
-	for _, id := range more {
-		ctrs = append(ctrs, control.Container{ID: id})
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/state", func(w http.ResponseWriter, r *http.Request) {
-		snap := control.Snapshot{
-			Shim:       control.Shim{Pid: 4242, Socket: sock},
-			Namespaces: []control.NamespaceState{{Inode: 4026532000, Containers: ctrs}},
-		}
-		// As the shim: -set ID gives that set alone, if it exists.
-		if set := r.URL.Query().Get("set"); set == "" || set == "0" {
-			snap.Namespaces[0].SemSets = []control.SemSet{{ID: 0, Nsems: 1}}
+		snap := control.Snapshot{Shim: control.Shim{Pid: 4242, Socket: sock}}
+		for _, n := range nss {
+			// As the shim: -set ID gives that set alone, if it exists.
+			if set := r.URL.Query().Get("set"); set == "" || set == "0" {
+				n.SemSets = []control.SemSet{{ID: 0, Nsems: 1}}
+			}
+			snap.Namespaces = append(snap.Namespaces, n)
 		}
 		_ = json.NewEncoder(w).Encode(&snap)
 	})
@@ -84,11 +85,15 @@ func TestExitStatuses(t *testing.T) {
 		{"no such set", []string{"-dir", busy, "-set", "7"}, exitNotFound, "", "Semaphore Arrays", "no semaphore set 7"},
 		{"no such set, json", []string{"-dir", busy, "-json", "-set", "7"}, exitNotFound, `"shims"`, "", "no semaphore set 7"},
 		{"negative set", []string{"-dir", busy, "-set", "-2"}, exitUsage, "", "", "-set -2"},
-		{"negative offset", []string{"-dir", busy, "-offset", "-3"}, exitUsage, "", "", "-offset -3: want a number >= 0"},
+		{"negative offset", []string{"-dir", busy, "-offset", "-3"}, exitUsage, "", "", "-offset -3: want a number from 0 to"},
 		{"negative limit", []string{"-dir", busy, "waiters", "-limit", "-1"}, exitUsage, "", "", "-limit -1"},
 		{"flag of another command", []string{"-dir", busy, "-container", "3f2a9c", "metrics"}, exitUsage, "", "", "-container does not apply to metrics"},
 		{"set with waiters", []string{"-dir", busy, "-set", "0", "waiters"}, exitUsage, "", "", "-set does not apply to waiters"},
 		{"listen without exporter", []string{"-dir", busy, "-listen", ":1"}, exitUsage, "", "", "-listen does not apply to show"},
+		{"set beyond int32", []string{"-dir", busy, "-set", "4294967296"}, exitUsage, "", "", "-set 4294967296"},
+		{"offset beyond int32", []string{"-dir", busy, "-offset", "2147483648"}, exitUsage, "", "", "-offset 2147483648"},
+		{"no timeout", []string{"-dir", busy, "-timeout", "0"}, exitUsage, "", "", "-timeout 0s"},
+		{"help after the command", []string{"show", "-h"}, exitShown, "", "", "usage: ipcctl"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			status, out, errOut := runIpcctl(c.args...)
@@ -119,24 +124,34 @@ func TestDeadSocket(t *testing.T) {
 	}
 }
 
-// A prefix of several containers' ids is refused (socket would print
-// several shims, or the wrong one); a whole id among them is not.
+// A -container that matches containers of several namespaces is
+// refused (socket would print several shims): an id prefix they share, or
+// a CRI name that repeats across a Deployment's pods. Containers of one
+// pod share its namespace; -pod narrows a repeated name down to one.
 func TestAmbiguousContainer(t *testing.T) {
 	dir := t.TempDir()
-	sock := fakeShim(t, dir, "3f2a77", "3f")
+	pod := func(name string, ctrs ...control.Container) control.NamespaceState {
+		return control.NamespaceState{Inode: uint64(len(name)), Pod: &control.Pod{Namespace: "default", Name: name}, Containers: ctrs}
+	}
+	a := fakeShimOf(t, dir, "a", pod("web-1", control.Container{ID: "3f2a9c", Name: "app"}, control.Container{ID: "3f2a77", Name: "sidecar"}))
+	b := fakeShimOf(t, dir, "b", pod("web-22", control.Container{ID: "3f2b01", Name: "app"}))
 	for _, c := range []struct {
-		prefix string
+		args   []string
 		status int
 		out    string
 		err    string
 	}{
-		{"3f2a", exitUsage, "", "several containers have that prefix (3f2a77, 3f2a9c)"},
-		{"3f2a7", exitShown, sock + "\n", ""},
-		{"3f", exitShown, sock + "\n", ""}, // a whole id
+		{[]string{"-container", "3f2a"}, exitShown, a + "\n", ""}, // two containers, one pod
+		{[]string{"-container", "3f2"}, exitUsage, "", "containers of 2 namespaces match (pod default/web-1: 3f2a9c, 3f2a77; pod default/web-22: 3f2b01)"},
+		{[]string{"-container", "app"}, exitUsage, "", "containers of 2 namespaces match"},
+		{[]string{"-container", "app", "-pod", "web-22"}, exitShown, b + "\n", ""},
+		{[]string{"-container", "3f2b"}, exitShown, b + "\n", ""},
+		{[]string{"-container", "3f2a", "-pod", "web-22"}, exitNotFound, "", "no shim serves pod web-22"},
 	} {
-		status, out, errOut := runIpcctl("-dir", dir, "-container", c.prefix, "socket")
+		args := append([]string{"-dir", dir}, c.args...)
+		status, out, errOut := runIpcctl(append(args, "socket")...)
 		if status != c.status || out != c.out || !strings.Contains(errOut, c.err) {
-			t.Errorf("ipcctl -container %s socket: status %d (want %d)\nstdout:\n%s\nstderr:\n%s", c.prefix, status, c.status, out, errOut)
+			t.Errorf("ipcctl %s socket: status %d (want %d)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), status, c.status, out, errOut)
 		}
 	}
 }
