@@ -143,9 +143,18 @@ func TestInstaller(t *testing.T) {
 	b, _ := os.ReadFile("containerd-ipc-runtime.toml")
 	os.WriteFile(filepath.Join(src, "containerd-ipc-runtime.toml"), b, 0o644)
 	const pat = `"/etc/containerd/conf.d/*.toml"`
-	const runcSystemd = "\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
+	const (
+		runcSystemd  = "\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n"
+		otherSystemd = "\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n  SystemdCgroup = true # not the default\n" +
+			"[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  SystemdCgroup = false\n"
+		crunDefault = "\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = \"crun\"\n" +
+			"[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.crun.options]\n  SystemdCgroup = true\n"
+		v2Inline      = "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n  options = { BinaryName = \"/usr/sbin/runc\", SystemdCgroup = true }\n"
+		v2DottedFalse = "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  options.SystemdCgroup = false\n"
+	)
 	for _, c := range []struct {
 		name, config, want string
+		dropIn             string // another drop-in in conf.d
 		args               []string
 		systemd            bool // the drop-in sets runc's SystemdCgroup
 	}{
@@ -155,6 +164,16 @@ func TestInstaller(t *testing.T) {
 		{name: "runc with systemd cgroups, --cgroupfs", config: "version = 3\n" + runcSystemd, args: []string{"--cgroupfs"},
 			want: "version = 3\nimports = [" + pat + "]\n" + runcSystemd},
 		{name: "no config, --systemd-cgroup", args: []string{"--systemd-cgroup"}, want: "version = 3\nimports = [" + pat + "]\n", systemd: true},
+		{name: "another runtime with systemd cgroups", config: "version = 3\n" + otherSystemd,
+			want: "version = 3\nimports = [" + pat + "]\n" + otherSystemd},
+		{name: "default runtime crun with systemd cgroups", config: "version = 3\n" + crunDefault,
+			want: "version = 3\nimports = [" + pat + "]\n" + crunDefault, systemd: true},
+		{name: "version 2, inline options", config: "version = 2\n" + v2Inline,
+			want: "version = 2\nimports = [" + pat + "]\n" + v2Inline, systemd: true},
+		{name: "version 2, dotted key, false", config: "version = 2\n" + v2DottedFalse,
+			want: "version = 2\nimports = [" + pat + "]\n" + v2DottedFalse},
+		{name: "set in another drop-in", dropIn: runcSystemd, config: "version = 3\nimports = [" + pat + "]\n",
+			want: "version = 3\nimports = [" + pat + "]\n", systemd: true},
 		{name: "config without imports", config: "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n",
 			want: "version = 2\nimports = [" + pat + "]\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  x = 1\n"},
 		{name: "other imports", config: "version = 3\nimports = [\"/etc/containerd/other.toml\"]\n",
@@ -167,6 +186,10 @@ func TestInstaller(t *testing.T) {
 			if c.config != "" {
 				os.MkdirAll(filepath.Dir(cfg), 0o755)
 				os.WriteFile(cfg, []byte(c.config), 0o644)
+			}
+			if c.dropIn != "" {
+				os.MkdirAll(filepath.Join(root, "etc/containerd/conf.d"), 0o755)
+				os.WriteFile(filepath.Join(root, "etc/containerd/conf.d/gpu.toml"), []byte("version = 3\n"+c.dropIn), 0o644)
 			}
 			run := func() string {
 				args := append([]string{"./install.sh", "--root", root, "--src", src, "--no-restart"}, c.args...)
@@ -233,12 +256,25 @@ func tree(t *testing.T, root string) string {
 
 // A flag without its value is a usage error that names the flag.
 func TestInstallerUsage(t *testing.T) {
-	for _, args := range [][]string{{"--root"}, {"--src"}, {"--root", ""}, {"--bogus"}} {
-		cmd := exec.Command("sh", append([]string{"./install.sh"}, args...)...)
-		out, err := cmd.CombinedOutput()
+	missing := filepath.Join(t.TempDir(), "hsot")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--root"}, "--root needs a directory (usage: install.sh"},
+		{[]string{"--src"}, "--src needs a directory (usage: install.sh"},
+		{[]string{"--root", ""}, "--root needs a directory"},
+		{[]string{"--root", "--no-restart"}, "--root needs a directory"},
+		{[]string{"--root", missing}, "--root " + missing + ": no such directory"},
+		{[]string{"--bogus"}, "unknown argument --bogus (usage: install.sh"},
+	} {
+		out, err := exec.Command("sh", append([]string{"./install.sh"}, c.args...)...).CombinedOutput()
 		ee, ok := err.(*exec.ExitError)
-		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), args[0]) || !strings.Contains(string(out), "usage: install.sh") {
-			t.Errorf("install.sh %q: %v\n%s", args, err, out)
+		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("install.sh %q: %v\n%s", c.args, err, out)
 		}
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("install.sh --root %s made it", missing)
 	}
 }

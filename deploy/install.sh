@@ -10,10 +10,12 @@
 # and restarts containerd (systemctl in pid 1's namespaces) when its
 # configuration changed; running containers and their shims keep running.
 # The drop-in gets runc's option SystemdCgroup = true when the node's
-# config.toml sets it (for its runc runtime: the cgroup driver the kubelet
-# was configured for, or reads from the default runtime), so that pods of
-# RuntimeClass ipc get their cgroups the way runc's do; --systemd-cgroup
-# or --cgroupfs says which instead of looking.
+# containerd configuration (config.toml, then the other conf.d drop-ins)
+# sets it for the CRI plugin's default runtime (default_runtime_name,
+# runc unless set): the cgroup driver the kubelet was configured for, or
+# reads from that runtime. Pods of RuntimeClass ipc then get their cgroups
+# the way the node's other pods do. --systemd-cgroup or --cgroupfs says
+# which instead of looking.
 # Idempotent: a second run changes nothing and restarts nothing. Prints one
 # line per change and "unchanged" when there was none.
 set -eu
@@ -22,7 +24,10 @@ root=/ src=$(cd "$(dirname "$0")" && pwd) restart=1 systemd=
 while [ $# -gt 0 ]; do
   case $1 in
   --root | --src)
-    [ $# -ge 2 ] && [ -n "$2" ] || { echo "install.sh: $1 needs a directory ($usage)" >&2; exit 2; }
+    case ${2:--} in
+    -*) echo "install.sh: $1 needs a directory ($usage)" >&2; exit 2 ;;
+    esac
+    [ -d "$2" ] || { echo "install.sh: $1 $2: no such directory" >&2; exit 2; }
     if [ "$1" = --root ]; then root=$2; else src=$2; fi
     shift 2 ;;
   --no-restart) restart=0; shift ;;
@@ -33,6 +38,34 @@ while [ $# -gt 0 ]; do
 done
 pattern=/etc/containerd/conf.d/*.toml
 changed=0 config=0
+
+# default_runtime_systemd FILE...: the SystemdCgroup option ("true",
+# "false" or nothing) of the CRI plugin's default runtime, as the
+# containerd configuration FILEs set it, a later file's value winning.
+# Reads TOML tables, dotted keys and an inline options table, for config
+# versions 2 and 3 (the keys' quotes and the plugin's name are ignored).
+default_runtime_systemd() {
+  awk '
+    function bare(x) { gsub(/["\047 \t]/, "", x); return x }
+    FNR == 1 { table = "" }
+    /^[ \t]*#/ { next }
+    /^[ \t]*\[/ { table = $0; sub(/^[ \t]*\[+/, "", table); sub(/\].*/, "", table); table = bare(table); next }
+    /=/ {
+      key = $0; sub(/=.*/, "", key); key = bare(key)
+      value = $0; sub(/^[^=]*=/, "", value); sub(/#[^"]*$/, "", value)
+      if (table != "") key = table "." key
+      if (key ~ /cri.*\.containerd\.default_runtime_name$/) def = bare(value)
+      if (key ~ /\.containerd\.runtimes\.[^.]+\.options$/ && match(value, /SystemdCgroup[ \t]*=[ \t]*[a-z]+/)) {
+        key = key ".SystemdCgroup"; value = substr(value, RSTART, RLENGTH); sub(/.*=/, "", value)
+      }
+      if (key ~ /\.containerd\.runtimes\.[^.]+\.options\.SystemdCgroup$/) {
+        runtime = key; sub(/.*\.containerd\.runtimes\./, "", runtime); sub(/\.options\.SystemdCgroup$/, "", runtime)
+        systemd[runtime] = bare(value)
+      }
+    }
+    END { if (def == "") def = "runc"; if (def in systemd) print systemd[def] }
+  ' "$@"
+}
 
 # put SRC DEST MODE: installs SRC as DEST unless identical (atomic rename).
 put() {
@@ -52,8 +85,13 @@ for b in containerd-shim-ipc-v2 ipcctl; do
 done
 cfg=$root/etc/containerd/config.toml
 if [ -z "$systemd" ]; then
+  set --
+  [ -f "$cfg" ] && set -- "$cfg"
+  for f in "$root"/etc/containerd/conf.d/*.toml; do
+    [ -f "$f" ] && [ "${f##*/}" != ipc-runtime.toml ] && set -- "$@" "$f"
+  done
   systemd=0
-  if [ -f "$cfg" ] && grep -q '^[[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*true' "$cfg"; then
+  if [ $# -gt 0 ] && [ "$(default_runtime_systemd "$@")" = true ]; then
     systemd=1
   fi
 fi
@@ -61,7 +99,7 @@ dropin=$(mktemp)
 trap 'rm -f "$dropin"' EXIT
 cat "$src/containerd-ipc-runtime.toml" >"$dropin"
 if [ $systemd = 1 ]; then
-  printf '\n# install.sh: the node'"'"'s config.toml sets SystemdCgroup = true (or --systemd-cgroup).\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.ipc.options]\n  SystemdCgroup = true\n' >>"$dropin"
+  printf '\n# install.sh: the default runtime has SystemdCgroup = true (or --systemd-cgroup).\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.ipc.options]\n  SystemdCgroup = true\n' >>"$dropin"
 fi
 put "$dropin" "$root/etc/containerd/conf.d/ipc-runtime.toml" 0644
 [ $last = 0 ] || config=1
