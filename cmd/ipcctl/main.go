@@ -160,7 +160,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return fatal(stderr, err)
 			}
 		default:
-			printTables(stdout, &out, running, cmd == "waiters")
+			printTables(stdout, &out, cmd == "waiters")
 		}
 		return showStatus(stderr, &out, showQuery{running: running, json: *asJSON, pod: *pod, ctr: *ctr, set: q.Set, hasSet: q.HasSet})
 	case "metrics":
@@ -419,13 +419,9 @@ func pidStr(n *control.NamespaceState, p *control.Pid) string {
 	return s
 }
 
-// printTables writes out as tables; running says whether any shim
-// answered before -pod/-container filtered (showStatus says on stderr
-// what was not there).
-func printTables(w io.Writer, out *Output, running, waitersOnly bool) {
-	if !running {
-		return
-	}
+// printTables writes out's namespaces as tables (none when no shim
+// answered: showStatus says on stderr what was not there).
+func printTables(w io.Writer, out *Output, waitersOnly bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
 	for _, s := range out.Shims {
